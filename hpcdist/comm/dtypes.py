@@ -1,0 +1,88 @@
+"""NumPy dtypes as MPI datatypes.
+
+Every NumPy dtype hpcdist supports maps to one MPI datatype. The 16-bit
+floats (``float16`` and ml_dtypes' ``bfloat16``) have no portable predefined
+MPI type, so they travel as private 2-byte types and are reduced by the
+user-defined operations of :mod:`hpcdist.comm.ops`, never as integers.
+"""
+
+import numpy as np
+from mpi4py import MPI
+
+try:  # ml_dtypes ships bfloat16 for NumPy; it is a core dependency
+    from ml_dtypes import bfloat16
+except ImportError:  # pragma: no cover - exercised only without ml_dtypes
+    bfloat16 = None
+
+__all__ = ["mpi_datatype", "SIXTEEN_BIT_FLOATS", "is_sixteen_bit_float", "check_dtype",
+           "dtype_code", "dtype_from_code"]
+
+#: dtypes reduced by hpcdist's own MPI operations
+SIXTEEN_BIT_FLOATS = tuple(np.dtype(t) for t in (np.float16, bfloat16) if t is not None)
+
+# A table of every supported dtype; the index is the code sent in headers.
+_SUPPORTED = [np.dtype(t) for t in (
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+    np.uint64, np.float16, np.float32, np.float64, np.longdouble, np.complex64,
+    np.complex128, np.clongdouble)] + ([np.dtype(bfloat16)] if bfloat16 is not None else [])
+_CODES = {dt: i for i, dt in enumerate(_SUPPORTED)}
+# the predefined MPI type of every dtype MPI knows; 16-bit floats get private types
+_DATATYPES = {np.dtype(numpy_type): mpi_type for numpy_type, mpi_type in (
+    (np.bool_, MPI.C_BOOL), (np.int8, MPI.INT8_T), (np.int16, MPI.INT16_T),
+    (np.int32, MPI.INT32_T), (np.int64, MPI.INT64_T), (np.uint8, MPI.UINT8_T),
+    (np.uint16, MPI.UINT16_T), (np.uint32, MPI.UINT32_T), (np.uint64, MPI.UINT64_T),
+    (np.float32, MPI.FLOAT), (np.float64, MPI.DOUBLE), (np.longdouble, MPI.LONG_DOUBLE),
+    (np.complex64, MPI.C_FLOAT_COMPLEX), (np.complex128, MPI.C_DOUBLE_COMPLEX),
+    (np.clongdouble, MPI.C_LONG_DOUBLE_COMPLEX))}
+
+
+def check_dtype(dtype):
+    """Raise ``TypeError`` unless hpcdist can communicate ``dtype``.
+
+    Parameters
+    ----------
+    dtype : numpy.dtype
+        The dtype to check.
+    """
+    if dtype not in _CODES:
+        raise TypeError(
+            f"dtype {dtype} is not supported by hpcdist collectives; use bool, an integer, "
+            f"floating (float16, bfloat16, float32, float64, longdouble) or complex dtype "
+            f"(convert with x.astype(...), or use the *_object collectives for Python objects)")
+
+
+def is_sixteen_bit_float(dtype):
+    """Whether ``dtype`` is float16 or bfloat16 (reduced by hpcdist's own ops)."""
+    return dtype in SIXTEEN_BIT_FLOATS
+
+
+def mpi_datatype(dtype):
+    """The MPI datatype of one element of ``dtype``.
+
+    Parameters
+    ----------
+    dtype : numpy.dtype
+        A supported dtype (see :func:`check_dtype`).
+
+    Returns
+    -------
+    mpi4py.MPI.Datatype
+    """
+    datatype = _DATATYPES.get(dtype)
+    if datatype is None:
+        check_dtype(dtype)
+        # a private committed copy of a 2-byte type: only hpcdist's own operations reduce it
+        datatype = MPI.UINT16_T.Dup().Commit()
+        _DATATYPES[dtype] = datatype
+    return datatype
+
+
+def dtype_code(dtype):
+    """A small integer naming ``dtype`` in message headers."""
+    check_dtype(dtype)
+    return _CODES[dtype]
+
+
+def dtype_from_code(code):
+    """The dtype named by :func:`dtype_code`."""
+    return _SUPPORTED[code]

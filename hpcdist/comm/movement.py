@@ -1,0 +1,465 @@
+"""Data movement: broadcast, allgather, gather, scatter and alltoall."""
+
+import numpy as np
+from mpi4py import MPI
+
+from .buffers import DEVICE_DIRECT, HOST, NP_SCALAR, PY_SCALAR, describe, mpi_buffer, wrap
+from .checks import agree, format_ranks
+from .context import resolve
+from .devices import backend_of
+from .dtypes import dtype_code
+from .headers import (BAD_INPUT, HEADER_WORDS, MAX_DIMS, NO_INPUT, OK, SCALAR_TYPES, pack_header,
+                      unpack_header)
+from .partition import balanced_counts, offsets_of, validate_counts
+from .reductions import check_root
+
+__all__ = ["broadcast", "allgather", "gather", "scatter", "alltoall"]
+
+_HEADER_BYTES = HEADER_WORDS * 8
+_PACKET_BYTES = 1024                       # one eager message: header and a small array
+_INLINE_BYTES = _PACKET_BYTES - _HEADER_BYTES
+
+
+# -- broadcast -----------------------------------------------------------------------------
+def broadcast(x, root=0, *, ctx=None):
+    """Send ``x`` from ``root`` to every rank.
+
+    Parameters
+    ----------
+    x : array, scalar or None
+        On ``root``, the data. Elsewhere, an array of the root's shape and
+        dtype to fill in place, or None to receive a new array.
+    root : int, default=0
+    ctx : Context, optional
+
+    Returns
+    -------
+    array or scalar
+        On ``root``, ``x``; elsewhere ``x`` filled in place, or a new array
+        (a scalar when the root sent a scalar).
+
+    Notes
+    -----
+    A header travels first (shape, dtype, kind) so receivers may pass None;
+    arrays of up to ``_INLINE_BYTES`` ride inside the header's message, so
+    a small broadcast is still one message.
+    """
+    ctx = resolve(ctx)
+    root = check_root(root, ctx, "broadcast")
+    if ctx.rank == root:
+        return _broadcast_root(x, root, ctx)
+    return _broadcast_receive(x, root, ctx)
+
+
+def _root_payload(x, ctx, name, root):
+    """Wrap the root's input; on bad input tell the other ranks, then raise."""
+    packet = np.zeros(_PACKET_BYTES, dtype=np.uint8)
+    header = packet[:_HEADER_BYTES].view(np.int64)
+    try:
+        if x is None:
+            raise ValueError(f"{name}: the root (rank {root}) passed None; the root must pass "
+                             f"the data to send")
+        payload = wrap(x, ctx, name)
+        scalar_code = SCALAR_TYPES.index(payload.scalar_type) if payload.kind == PY_SCALAR else -1
+        pack_header(header, OK, payload.data, payload.kind, scalar_code)
+    except (TypeError, ValueError):
+        pack_header(header, NO_INPUT if x is None else BAD_INPUT)
+        if ctx.size > 1:
+            ctx._private_comm.Bcast(packet, root=root)
+        raise
+    return payload, packet, header
+
+
+def _broadcast_root(x, root, ctx):
+    payload, packet, header = _root_payload(x, ctx, "broadcast", root)
+    data = payload.data
+    if ctx.check:
+        agree(ctx, "broadcast", describe(data), f"root={root}")
+    start = ctx._begin("broadcast")
+    if ctx.size > 1:
+        inline = data.nbytes <= _INLINE_BYTES
+        header[4] = inline
+        if inline:
+            packet[_HEADER_BYTES:_HEADER_BYTES + data.nbytes] = _host_bytes(payload)
+        ctx._private_comm.Bcast(packet, root=root)
+        if not inline:
+            ctx.comm.Bcast(mpi_buffer(data), root=root)
+    ctx._end("broadcast", start, data.nbytes, 0)
+    return x
+
+
+def _host_bytes(payload):
+    data = payload.data
+    if payload.kind == DEVICE_DIRECT:
+        host = np.empty(data.shape, dtype=data.dtype)
+        payload.backend.to_host(data, host)
+        data = host
+    return data.reshape(-1).view(np.uint8)
+
+
+def _raise_root_failure(status, root, name):
+    if status == NO_INPUT:
+        raise ValueError(f"{name}: the root (rank {root}) passed None; the root must pass "
+                         f"the data to send")
+    raise TypeError(f"{name}: the root (rank {root}) passed data that cannot be sent "
+                    f"(see the error on rank {root})")
+
+
+def _receive_buffer(x, shape, dtype, ctx, name, root):
+    """Where a receiver's data lands, and how to hand it back to the caller."""
+    if x is None:
+        return np.empty(shape, dtype=dtype), None
+    if tuple(x.shape) != shape or np.dtype(x.dtype) != dtype:
+        raise ValueError(f"{name}: rank {ctx.rank} passed {describe(x)} but the root (rank "
+                         f"{root}) sends {dtype}[{','.join(map(str, shape))}]; pass an array "
+                         f"of the root's shape and dtype, or None")
+    if isinstance(x, np.ndarray):
+        return (x, None) if x.flags.c_contiguous else (np.empty(shape, dtype=dtype), x)
+    backend = backend_of(x)
+    if backend is None:
+        raise TypeError(f"{name}: receivers pass a NumPy array, a device array or None, "
+                        f"got {type(x).__name__}")
+    if ctx.cuda_aware and backend.ascontiguous(x) is x:
+        return x, None
+    return ctx.staging.view("recv", shape, dtype, backend), x
+
+
+def _hand_back(buffer, target, kind, scalar_type, ctx):
+    """Give the receiver its result as the kind of object it (or the root) used."""
+    if target is not None:
+        if isinstance(target, np.ndarray):
+            target[...] = buffer
+            return target
+        return backend_of(target).from_host(buffer, out=target)
+    if kind == PY_SCALAR:
+        return scalar_type(buffer[()].item())
+    if kind == NP_SCALAR:
+        return buffer[()]
+    if kind not in (HOST, PY_SCALAR, NP_SCALAR) and ctx.xp is not np and isinstance(buffer, np.ndarray):
+        return ctx.xp.asarray(buffer)  # the root sent a device array: so do we
+    return buffer
+
+
+def _broadcast_receive(x, root, ctx):
+    packet = np.empty(_PACKET_BYTES, dtype=np.uint8)
+    if ctx.check:
+        agree(ctx, "broadcast", None if x is None else describe(x), f"root={root}")
+    start = ctx._begin("broadcast")
+    ctx._private_comm.Bcast(packet, root=root)
+    status, shape, dtype, kind, scalar_type, inline = unpack_header(packet[:_HEADER_BYTES].view(np.int64))
+    if status != OK:
+        ctx._end("broadcast", start, 0, 0)
+        _raise_root_failure(status, root, "broadcast")
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    try:
+        buffer, target = _receive_buffer(x, shape, dtype, ctx, "broadcast", root)
+    except (TypeError, ValueError):
+        if not inline:  # take part in the data broadcast anyway, then report
+            ctx.comm.Bcast(np.empty(nbytes, dtype=np.uint8), root=root)
+        ctx._end("broadcast", start, 0, nbytes)
+        raise
+    if inline:
+        host = buffer if isinstance(buffer, np.ndarray) else np.empty(shape, dtype=dtype)
+        host.reshape(-1).view(np.uint8)[...] = packet[_HEADER_BYTES:_HEADER_BYTES + nbytes]
+        if host is not buffer:
+            backend_of(buffer).from_host(host, out=buffer)
+    else:
+        ctx.comm.Bcast(mpi_buffer(buffer), root=root)
+    ctx._end("broadcast", start, 0, nbytes)
+    return _hand_back(buffer, target, kind, scalar_type, ctx)
+
+
+# -- gathers -------------------------------------------------------------------------------
+def _normalize_axis(axis, ndim, name):
+    if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
+        raise ValueError(f"{name}: axis={axis!r} is out of range for a {ndim}-d array; "
+                         f"use 0..{ndim - 1} (or negative from the end)")
+    return int(axis) % ndim
+
+
+def _rows_first(payload, axis, name):
+    """The payload's data with ``axis`` moved to the front, contiguous."""
+    data = payload.data
+    if data.ndim == 0:
+        data = data.reshape(1)
+        if payload.kind in (PY_SCALAR, NP_SCALAR):
+            payload.kind = HOST  # gathered scalars come back as an array
+    axis = _normalize_axis(axis, data.ndim, name)
+    if axis != 0:
+        data = np.ascontiguousarray(np.moveaxis(data, axis, 0))
+    return data, axis
+
+
+def _describe_rows(status, data):
+    """One rank's row description: status, rows, dtype, ndim and the other dimensions."""
+    words = np.zeros(4 + MAX_DIMS, dtype=np.int64)
+    words[0] = status
+    if data is not None:
+        if data.ndim > MAX_DIMS:
+            raise ValueError(f"arrays of more than {MAX_DIMS} dimensions are not supported")
+        words[1] = data.shape[0]
+        words[2] = dtype_code(np.dtype(data.dtype))
+        words[3] = data.ndim
+        words[4:3 + data.ndim] = data.shape[1:]
+    return words
+
+
+def _check_rows(descriptions, name, axis):
+    """Raise on every rank unless all ranks passed compatible arrays; return the row counts."""
+    failed = [rank for rank, words in enumerate(descriptions) if words[0] != OK]
+    if failed:
+        raise ValueError(f"{name}: {format_ranks(failed)} passed invalid input (see the "
+                         f"error there); no data was exchanged")
+    signatures = {tuple(words[2:]) for words in descriptions}
+    if len(signatures) > 1:
+        from .dtypes import dtype_from_code
+        shown = []
+        for words in descriptions:
+            dims = [str(int(n)) for n in words[4:3 + int(words[3])]]
+            dims.insert(axis, "*")
+            shown.append(f"{dtype_from_code(int(words[2]))}[{','.join(dims)}]")
+        raise ValueError(f"{name}: ranks disagree on the dtype or on the dimensions other than "
+                         f"axis={axis}: " + ", ".join(f"rank {r} passed {s}"
+                                                       for r, s in enumerate(shown)))
+    return [int(words[1]) for words in descriptions]
+
+
+def _exchange_rows(ctx, data, name, axis):
+    """Every rank's row count along the gather axis, validated on every rank."""
+    words = _describe_rows(OK, data)
+    table = np.empty((ctx.size, words.size), dtype=np.int64)
+    ctx._private_comm.Allgather(words, table)
+    return _check_rows(table, name, axis)
+
+
+def _vector_spec(buffer, counts, row_size):
+    """An mpi4py ``[buffer, counts, displacements, datatype]`` for the v-collectives."""
+    spec = mpi_buffer(buffer)
+    elements = [c * row_size for c in counts]
+    return [spec[0], elements, offsets_of(elements).tolist(), spec[2]]
+
+
+def _from_rows(result, axis):
+    return result if axis == 0 else np.ascontiguousarray(np.moveaxis(result, 0, axis))
+
+
+def allgather(x, axis=0, *, counts=None, ctx=None):
+    """Concatenate every rank's ``x`` along ``axis``, on every rank.
+
+    Parameters
+    ----------
+    x : array or scalar
+        Sizes along ``axis`` may differ between ranks; the other dimensions
+        and the dtype must agree. A scalar counts as a 1-element array.
+    axis : int, default=0
+    counts : sequence of int, optional
+        Every rank's size along ``axis`` when known: skips the exchange of
+        sizes (one message fewer).
+    ctx : Context, optional
+
+    Returns
+    -------
+    array
+        The concatenation in rank order.
+    """
+    ctx = resolve(ctx)
+    payload = wrap(x, ctx, "allgather")
+    data, axis = _rows_first(payload, axis, "allgather")
+    if ctx.check:
+        agree(ctx, "allgather", _describe_except(data, axis), f"axis={axis}")
+    start = ctx._begin("allgather")
+    if counts is None:
+        counts = _exchange_rows(ctx, data, "allgather", axis) if ctx.size > 1 else [data.shape[0]]
+    else:
+        counts = validate_counts(counts, ctx.size, sum(int(c) for c in counts), "allgather")
+        if counts[ctx.rank] != data.shape[0]:
+            raise ValueError(f"allgather: counts[{ctx.rank}]={counts[ctx.rank]} but rank "
+                             f"{ctx.rank} passed {data.shape[0]} along axis={axis}")
+    row_size = int(np.prod(data.shape[1:], dtype=np.int64))
+    result = payload.new_output((sum(counts),) + data.shape[1:], data.dtype)
+    if ctx.size == 1:
+        result[...] = data
+    elif all(c == counts[0] for c in counts):
+        ctx.comm.Allgather(mpi_buffer(data), mpi_buffer(result))
+    else:
+        ctx.comm.Allgatherv(mpi_buffer(data), _vector_spec(result, counts, row_size))
+    ctx._end("allgather", start, data.nbytes, result.nbytes)
+    return payload.deliver(_from_rows(result, axis))
+
+
+def _describe_except(data, axis):
+    dims = [str(n) for n in data.shape[1:]]
+    dims.insert(axis, "*")
+    return f"{np.dtype(data.dtype)}[{','.join(dims)}]"
+
+
+def gather(x, root=0, axis=0, *, ctx=None):
+    """Concatenate every rank's ``x`` along ``axis`` on ``root``.
+
+    Parameters
+    ----------
+    x : array or scalar
+        Sizes along ``axis`` may differ between ranks.
+    root : int, default=0
+    axis : int, default=0
+    ctx : Context, optional
+
+    Returns
+    -------
+    array or None
+        The concatenation in rank order on ``root``; None elsewhere.
+    """
+    ctx = resolve(ctx)
+    root = check_root(root, ctx, "gather")
+    payload = wrap(x, ctx, "gather")
+    data, axis = _rows_first(payload, axis, "gather")
+    if ctx.check:
+        agree(ctx, "gather", _describe_except(data, axis), f"axis={axis}", f"root={root}")
+    start = ctx._begin("gather")
+    counts = _exchange_rows(ctx, data, "gather", axis) if ctx.size > 1 else [data.shape[0]]
+    row_size = int(np.prod(data.shape[1:], dtype=np.int64))
+    is_root = ctx.rank == root
+    result = payload.new_output((sum(counts),) + data.shape[1:], data.dtype) if is_root else None
+    if ctx.size == 1:
+        result[...] = data
+    else:
+        ctx.comm.Gatherv(mpi_buffer(data),
+                         _vector_spec(result, counts, row_size) if is_root else None, root=root)
+    ctx._end("gather", start, data.nbytes, result.nbytes if is_root else 0)
+    return payload.deliver(_from_rows(result, axis)) if is_root else None
+
+
+# -- scatter and alltoall --------------------------------------------------------------------
+def scatter(x, root=0, axis=0, counts=None, *, ctx=None):
+    """Split ``x`` on ``root`` along ``axis`` and send block ``r`` to rank ``r``.
+
+    Parameters
+    ----------
+    x : array or None
+        The data on ``root``; ignored on the other ranks (pass None).
+    root : int, default=0
+    axis : int, default=0
+    counts : sequence of int, optional
+        Each rank's block size along ``axis``, read on ``root`` (default:
+        balanced, the first ``n % size`` ranks get one more). Bad counts
+        raise ``ValueError`` on every rank.
+    ctx : Context, optional
+
+    Returns
+    -------
+    array
+        This rank's block.
+    """
+    ctx = resolve(ctx)
+    root = check_root(root, ctx, "scatter")
+    is_root = ctx.rank == root
+    plan = None
+    if is_root:
+        try:
+            plan = _scatter_plan(x, axis, counts, ctx)
+        except (TypeError, ValueError) as error:
+            if ctx.size > 1:
+                ctx._private_comm.bcast(("error", type(error).__name__, str(error)), root=root)
+            raise
+    if ctx.check:
+        agree(ctx, "scatter", f"root={root}")
+    start = ctx._begin("scatter")
+    header = ctx._private_comm.bcast(plan[1:] if is_root else None, root=root) if ctx.size > 1 \
+        else plan[1:]
+    if header[0] == "error":
+        ctx._end("scatter", start, 0, 0)
+        raise (TypeError if header[1] == "TypeError" else ValueError)(
+            f"scatter: the root (rank {root}) rejected its input: {header[2]}")
+    _, dtype, rest, counts, axis, device = header
+    row_size = int(np.prod(rest, dtype=np.int64))
+    if is_root:
+        payload, data = plan[0]
+        result = payload.new_output((counts[ctx.rank],) + rest, dtype)
+    else:
+        payload, data = None, None
+        result = np.empty((counts[ctx.rank],) + rest, dtype=dtype)
+    if ctx.size == 1:
+        result[...] = data
+    else:
+        ctx.comm.Scatterv(_vector_spec(data, counts, row_size) if is_root else None,
+                          mpi_buffer(result), root=root)
+    ctx._end("scatter", start, data.nbytes if is_root else 0, result.nbytes)
+    result = _from_rows(result, axis)
+    if is_root:
+        return payload.deliver(result)
+    return ctx.xp.asarray(result) if device and ctx.xp is not np else result
+
+
+def _scatter_plan(x, axis, counts, ctx):
+    if x is None:
+        raise ValueError(f"scatter: the root (rank {ctx.rank}) passed None; the root must pass "
+                         f"the array to split")
+    payload = wrap(x, ctx, "scatter")
+    if payload.data.ndim == 0:
+        raise ValueError("scatter: x must have at least one dimension to split")
+    data, axis = _rows_first(payload, axis, "scatter")
+    rows = data.shape[0]
+    counts = (balanced_counts(rows, ctx.size) if counts is None
+              else validate_counts(counts, ctx.size, rows, "scatter"))
+    device = payload.kind not in (HOST, PY_SCALAR, NP_SCALAR)
+    return (payload, data), "ok", np.dtype(data.dtype), tuple(data.shape[1:]), counts, axis, device
+
+
+def alltoall(x, counts=None, *, ctx=None):
+    """Personalised exchange: block ``r`` of every rank's ``x`` goes to rank ``r``.
+
+    Parameters
+    ----------
+    x : array of shape (n, ...)
+        Split along axis 0 into ``size`` blocks.
+    counts : sequence of int, optional
+        This rank's block sizes (default: balanced). They may differ between
+        ranks, zeros included; the other dimensions and dtype must agree.
+    ctx : Context, optional
+
+    Returns
+    -------
+    array
+        The blocks addressed to this rank, concatenated in rank order.
+    """
+    ctx = resolve(ctx)
+    payload = wrap(x, ctx, "alltoall")
+    data = payload.data
+    if data.ndim == 0:
+        raise ValueError("alltoall: x must have at least one dimension to split along axis 0")
+    rows = data.shape[0]
+    error = None
+    try:
+        counts = (balanced_counts(rows, ctx.size) if counts is None
+                  else validate_counts(counts, ctx.size, rows, "alltoall"))
+    except ValueError as exc:
+        if ctx.size == 1:
+            raise
+        error, counts = exc, [0] * ctx.size
+    if ctx.check:
+        agree(ctx, "alltoall", _describe_except(data, 0))
+    start = ctx._begin("alltoall")
+    row_size = int(np.prod(data.shape[1:], dtype=np.int64))
+    if ctx.size == 1:
+        received = list(counts)
+    else:
+        # the sizes travel with a status word, so bad counts on one rank stop every rank
+        words = np.tile(_describe_rows(OK if error is None else BAD_INPUT, data), (ctx.size, 1))
+        words[:, 1] = counts
+        table = np.empty_like(words)
+        ctx._private_comm.Alltoall(words, table)
+        if error is not None:
+            ctx._end("alltoall", start, 0, 0)
+            raise error
+        try:
+            received = _check_rows(table, "alltoall", 0)
+        finally:
+            ctx._inflight_name = None
+    result = payload.new_output((sum(received),) + data.shape[1:], data.dtype)
+    if ctx.size == 1:
+        result[...] = data
+    else:
+        ctx.comm.Alltoallv(_vector_spec(data, counts, row_size),
+                           _vector_spec(result, received, row_size))
+    ctx._end("alltoall", start, data.nbytes, result.nbytes)
+    return payload.deliver(result)

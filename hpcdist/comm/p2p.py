@@ -1,0 +1,189 @@
+"""Point-to-point messages: send, recv, isend and irecv of arrays of any shape.
+
+Each message is a header (dtype, shape, kind) followed by the data. Arrays
+of up to 64 KiB ride inside the header's message, so a small send is one
+MPI message; larger ones follow in a second message straight into the
+receiver's buffer.
+"""
+
+import numpy as np
+from mpi4py import MPI
+
+from .buffers import describe, mpi_buffer, wrap, PY_SCALAR
+from .context import resolve
+from .headers import HEADER_WORDS, OK, SCALAR_TYPES, pack_header, unpack_header
+from .movement import _hand_back, _receive_buffer
+from .requests import Request
+
+__all__ = ["send", "recv", "isend", "irecv", "ANY_SOURCE", "ANY_TAG"]
+
+ANY_SOURCE = MPI.ANY_SOURCE
+ANY_TAG = MPI.ANY_TAG
+_HEADER_BYTES = HEADER_WORDS * 8
+_INLINE_BYTES = 64 * 1024
+
+
+def _check_peer(peer, ctx, name, argument):
+    if isinstance(peer, (int, np.integer)) and 0 <= peer < ctx.size:
+        return int(peer)
+    raise ValueError(f"{name}: {argument}={peer!r} is not a rank of this context; "
+                     f"use 0..{ctx.size - 1}")
+
+
+def _check_tag(tag, name):
+    if isinstance(tag, (int, np.integer)) and 0 <= tag <= 32767:
+        return int(tag)
+    raise ValueError(f"{name}: tag={tag!r} should be an integer in 0..32767")
+
+
+def _outgoing(x, ctx, name):
+    """The message(s) carrying ``x``: (first message bytes, data buffer or None, nbytes)."""
+    payload = wrap(x, ctx, name, slot=None)
+    data = payload.data
+    inline = payload.on_host and data.nbytes <= _INLINE_BYTES
+    first = np.zeros(_HEADER_BYTES + (data.nbytes if inline else 0), dtype=np.uint8)
+    scalar_code = SCALAR_TYPES.index(payload.scalar_type) if payload.kind == PY_SCALAR else -1
+    pack_header(first[:_HEADER_BYTES].view(np.int64), OK, data, payload.kind, scalar_code, inline)
+    if inline:
+        first[_HEADER_BYTES:] = data.reshape(-1).view(np.uint8)
+        return first, None, data.nbytes
+    return first, data, data.nbytes
+
+
+def send(x, dest, tag=0, *, ctx=None):
+    """Send ``x`` (array or scalar, any shape and dtype) to rank ``dest``.
+
+    Parameters
+    ----------
+    x : array or scalar
+    dest : int
+    tag : int, default=0
+    ctx : Context, optional
+    """
+    ctx = resolve(ctx)
+    dest = _check_peer(dest, ctx, "send", "dest")
+    tag = _check_tag(tag, "send")
+    first, data, nbytes = _outgoing(x, ctx, "send")
+    start = ctx._begin("send")
+    try:
+        ctx.comm.Send(first, dest, tag)
+        if data is not None:
+            ctx.comm.Send(mpi_buffer(data), dest, tag)
+    finally:
+        ctx._end("send", start, nbytes, 0)
+
+
+def isend(x, dest, tag=0, *, ctx=None):
+    """Start sending ``x`` to ``dest``; returns a :class:`Request` (``wait()`` gives None)."""
+    ctx = resolve(ctx)
+    dest = _check_peer(dest, ctx, "isend", "dest")
+    tag = _check_tag(tag, "isend")
+    first, data, nbytes = _outgoing(x, ctx, "isend")
+    requests = [ctx.comm.Isend(first, dest, tag)]
+    if data is not None:
+        requests.append(ctx.comm.Isend(mpi_buffer(data), dest, tag))
+    keep_alive = (first, data)
+    return Request(ctx, "isend", requests, lambda: keep_alive and None, (nbytes, 0))
+
+
+def _receive(message, status, out, ctx, name):
+    """Finish receiving from a matched first ``message``; returns (result, nbytes)."""
+    first = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
+    message.Recv(first)
+    source, tag = status.Get_source(), status.Get_tag()
+    _, shape, dtype, kind, scalar_type, inline = unpack_header(first[:_HEADER_BYTES].view(np.int64))
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    try:
+        buffer, target = _receive_buffer(out, shape, dtype, ctx, name, source)
+    except (TypeError, ValueError):
+        if not inline:  # drain the data message so it cannot be mistaken for a later one
+            ctx.comm.Recv(np.empty(nbytes, dtype=np.uint8), source, tag)
+        raise
+    if inline:
+        host = buffer if isinstance(buffer, np.ndarray) else np.empty(shape, dtype=dtype)
+        host.reshape(-1).view(np.uint8)[...] = first[_HEADER_BYTES:]
+        if host is not buffer:
+            from .devices import backend_of
+            backend_of(buffer).from_host(host, out=buffer)
+    else:
+        ctx.comm.Recv(mpi_buffer(buffer), source, tag)
+    return _hand_back(buffer, target, kind, scalar_type, ctx), nbytes
+
+
+def recv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, ctx=None):
+    """Receive an array or scalar sent with :func:`send` or :func:`isend`.
+
+    Parameters
+    ----------
+    source : int, default=ANY_SOURCE
+    tag : int, default=ANY_TAG
+    out : array, optional
+        Receive into this array (it must have the sender's shape and dtype).
+    ctx : Context, optional
+
+    Returns
+    -------
+    array or scalar
+        ``out`` when given, else a new array (a scalar when a scalar was sent).
+    """
+    ctx = resolve(ctx)
+    if source != ANY_SOURCE:
+        source = _check_peer(source, ctx, "recv", "source")
+    if tag != ANY_TAG:
+        tag = _check_tag(tag, "recv")
+    start = ctx._begin("recv")
+    nbytes = 0
+    try:
+        status = MPI.Status()
+        message = ctx.comm.Mprobe(source, tag, status)
+        result, nbytes = _receive(message, status, out, ctx, "recv")
+    finally:
+        ctx._end("recv", start, 0, nbytes)
+    return result
+
+
+class _ReceiveRequest(Request):
+    """An :func:`irecv` in flight: waits for the header message, then the data."""
+
+    def __init__(self, ctx, source, tag, out):
+        super().__init__(ctx, "irecv", [], None)
+        self._source, self._tag, self._out = source, tag, out
+
+    def test(self):
+        if not self._done:
+            status = MPI.Status()
+            message = self._ctx.comm.Improbe(self._source, self._tag, status)
+            if message is None:
+                return False
+            self._result, received = _receive(message, status, self._out, self._ctx, "irecv")
+            self._nbytes = (0, received)
+            self._done = True
+        return True
+
+    def wait(self):
+        if not self._done:
+            ctx = self._ctx
+            start = ctx._begin("irecv")
+            received = 0
+            try:
+                status = MPI.Status()
+                message = ctx.comm.Mprobe(self._source, self._tag, status)
+                self._result, received = _receive(message, status, self._out, ctx, "irecv")
+                self._done = True
+            finally:
+                ctx._end("irecv", start, 0, received)
+        return self._result
+
+
+def irecv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, ctx=None):
+    """Start receiving; returns a :class:`Request` whose ``wait()`` gives the array.
+
+    The message is matched when :meth:`Request.test` first finds it or
+    :meth:`Request.wait` is called.
+    """
+    ctx = resolve(ctx)
+    if source != ANY_SOURCE:
+        source = _check_peer(source, ctx, "irecv", "source")
+    if tag != ANY_TAG:
+        tag = _check_tag(tag, "irecv")
+    return _ReceiveRequest(ctx, source, tag, out)

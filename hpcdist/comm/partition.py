@@ -1,0 +1,44 @@
+"""Balanced contiguous partitions, shared by collectives and data partitioning."""
+
+import numpy as np
+
+__all__ = ["balanced_counts", "validate_counts", "offsets_of"]
+
+
+def balanced_counts(total, parts):
+    """Sizes of ``parts`` contiguous blocks of ``total`` items, differing by at most one.
+
+    The first ``total % parts`` blocks get the larger size.
+
+    Examples
+    --------
+    >>> balanced_counts(10, 4)
+    [3, 3, 2, 2]
+    """
+    base, extra = divmod(int(total), int(parts))
+    return [base + 1 if index < extra else base for index in range(parts)]
+
+
+def validate_counts(counts, parts, total, name):
+    """Check user-given block sizes; return them as a list of int.
+
+    Raises
+    ------
+    ValueError
+        When there are not ``parts`` non-negative integers summing to ``total``.
+    """
+    try:
+        counts = [int(c) for c in counts]
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: counts={counts!r} should be a sequence of {parts} integers") from None
+    if len(counts) != parts or any(c < 0 for c in counts) or sum(counts) != total:
+        raise ValueError(f"{name}: counts={counts} should be {parts} non-negative integers "
+                         f"(one per rank) summing to {total}, the length of the split axis")
+    return counts
+
+
+def offsets_of(counts):
+    """Start offset of each block (exclusive prefix sum)."""
+    offsets = np.zeros(len(counts), dtype=np.int64)
+    np.cumsum(counts[:-1], out=offsets[1:])
+    return offsets

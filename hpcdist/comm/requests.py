@@ -1,0 +1,174 @@
+"""Nonblocking operations: the :class:`Request` handle and the nonblocking collectives."""
+
+import numpy as np
+from mpi4py import MPI
+
+from .buffers import mpi_buffer, output_for, wrap, describe
+from .checks import agree
+from .context import resolve
+from .movement import _exchange_rows, _from_rows, _rows_first, _vector_spec, broadcast
+from .ops import ReduceOp, mpi_op, parse_op
+from .reductions import _divide_for_mean, check_root
+
+__all__ = ["Request", "iallreduce", "ibroadcast", "iallgather"]
+
+
+class Request:
+    """A pending operation.
+
+    Call :meth:`wait` for its result, or poll :meth:`test`. Buffers stay
+    referenced by the request until it completes.
+
+    Parameters
+    ----------
+    ctx : Context
+    name : str
+        The operation, for statistics and the stall watchdog.
+    requests : list of mpi4py.MPI.Request
+    finish : callable
+        Called once when the MPI requests are done; returns the result.
+    nbytes : (int, int)
+        Bytes sent and received, for statistics.
+    """
+
+    def __init__(self, ctx, name, requests, finish, nbytes=(0, 0)):
+        self._ctx = ctx
+        self._name = name
+        self._requests = requests
+        self._finish = finish
+        self._nbytes = nbytes
+        self._done = False
+        self._result = None
+
+    def _complete(self):
+        self._result = self._finish()
+        self._done = True
+        self._requests = self._finish = None
+
+    def test(self):
+        """Whether the operation has completed (never blocks)."""
+        if not self._done and MPI.Request.Testall(self._requests):
+            self._complete()
+        return self._done
+
+    def wait(self):
+        """Block until the operation has completed and return its result."""
+        if not self._done:
+            ctx = self._ctx
+            start = ctx._begin(self._name)
+            try:
+                MPI.Request.Waitall(self._requests)
+                self._complete()
+            finally:
+                ctx._end(self._name, start, *self._nbytes)
+        return self._result
+
+    @property
+    def done(self):
+        """Whether :meth:`wait` or :meth:`test` has seen the operation complete."""
+        return self._done
+
+
+class CompletedRequest(Request):
+    """A request whose result is already known (size-1 contexts, sends to self)."""
+
+    def __init__(self, ctx, name, result):
+        super().__init__(ctx, name, [], lambda: result)
+        self._complete()
+
+
+def iallreduce(x, op="sum", *, out=None, ctx=None):
+    """Start an allreduce; returns a :class:`Request` whose ``wait()`` gives the result.
+
+    Parameters are those of :func:`hpcdist.allreduce` (the MPI library's
+    algorithm is used). Do not touch ``x`` or ``out`` until the request
+    completes.
+    """
+    ctx = resolve(ctx)
+    op = parse_op(op)
+    payload = wrap(x, ctx, "iallreduce", slot=None)
+    data = payload.data
+    mpi_operation = mpi_op(op, data.dtype)
+    result, in_place = output_for(payload, x, out, "iallreduce")
+    if ctx.check:
+        agree(ctx, "iallreduce", describe(data), f"op={op.value}")
+    if ctx.size == 1:
+        if not in_place:
+            result[...] = data
+        return CompletedRequest(ctx, "iallreduce", payload.deliver(result, out))
+    request = ctx.comm.Iallreduce(MPI.IN_PLACE if in_place else mpi_buffer(data),
+                                  mpi_buffer(result), mpi_operation)
+
+    def finish():
+        if op is ReduceOp.MEAN:
+            _divide_for_mean(result, payload, ctx.size)
+        return payload.deliver(result, out)
+
+    return Request(ctx, "iallreduce", [request], finish, (data.nbytes, data.nbytes))
+
+
+def ibroadcast(x, root=0, *, ctx=None):
+    """Start a broadcast; returns a :class:`Request` whose ``wait()`` gives the result.
+
+    Receivers passing an array get it filled in place. Receivers passing
+    None learn the shape first (a short blocking exchange), then the data
+    moves without blocking.
+    """
+    ctx = resolve(ctx)
+    root = check_root(root, ctx, "ibroadcast")
+    if ctx.size == 1:
+        return CompletedRequest(ctx, "ibroadcast", broadcast(x, root, ctx=ctx))
+    is_root = ctx.rank == root
+    shape_known = 1 if (is_root or x is not None) else 0
+    # receivers that passed None need the shape: agree on it first, collectively
+    everyone_knows = ctx._private_comm.allreduce(shape_known, op=MPI.MIN)
+    if not everyone_knows:
+        header = None
+        if is_root:
+            payload = wrap(x, ctx, "ibroadcast", slot=None)
+            header = (payload.data.shape, payload.data.dtype.str)
+        shape, dtype_str = ctx._private_comm.bcast(header, root=root)
+        if x is None:
+            x = np.empty(shape, dtype=np.dtype(dtype_str))
+    payload = wrap(x, ctx, "ibroadcast", slot=None)
+    data = payload.data
+    if ctx.check:
+        agree(ctx, "ibroadcast", describe(data), f"root={root}")
+    request = ctx.comm.Ibcast(mpi_buffer(data), root=root)
+
+    def finish():
+        if is_root:
+            return x
+        delivered = payload.deliver(data, out=None if isinstance(x, np.ndarray) else x)
+        if isinstance(x, np.ndarray) and delivered is not x:
+            x[...] = delivered
+            return x
+        return delivered
+
+    nbytes = (data.nbytes, 0) if is_root else (0, data.nbytes)
+    return Request(ctx, "ibroadcast", [request], finish, nbytes)
+
+
+def iallgather(x, axis=0, *, counts=None, ctx=None):
+    """Start an allgather; returns a :class:`Request` whose ``wait()`` gives the result.
+
+    Without ``counts`` the sizes along ``axis`` are exchanged first (a
+    short blocking step); the data itself moves without blocking.
+    """
+    ctx = resolve(ctx)
+    payload = wrap(x, ctx, "iallgather", slot=None)
+    data, axis = _rows_first(payload, axis, "iallgather")
+    if ctx.check:
+        agree(ctx, "iallgather", describe(data), f"axis={axis}")
+    if counts is None:
+        counts = _exchange_rows(ctx, data, "iallgather", axis) if ctx.size > 1 else [data.shape[0]]
+    counts = [int(c) for c in counts]
+    result = payload.new_output((sum(counts),) + data.shape[1:], data.dtype, slot=None)
+    if ctx.size == 1:
+        result[...] = data
+        return CompletedRequest(ctx, "iallgather", payload.deliver(_from_rows(result, axis)))
+    row_size = int(np.prod(data.shape[1:], dtype=np.int64))
+    request = ctx.comm.Iallgatherv(mpi_buffer(data), _vector_spec(result, counts, row_size))
+    return Request(ctx, "iallgather", [request],
+                   lambda: payload.deliver(_from_rows(result, axis)),
+                   (data.nbytes, result.nbytes))

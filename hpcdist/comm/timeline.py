@@ -1,0 +1,69 @@
+"""Chrome-trace timelines of every collective, one track per rank."""
+
+import contextlib
+import json
+import os
+import time
+
+__all__ = ["timeline", "active_trace"]
+
+_ACTIVE = []  # the open recording, when any: [events list, origin time]
+
+
+def active_trace():
+    """The event list being recorded, or None."""
+    return _ACTIVE[0][0] if _ACTIVE else None
+
+
+@contextlib.contextmanager
+def timeline(path, ctx=None):
+    """Record every collective of every context into one Chrome-trace file.
+
+    All ranks enter and leave the block together (it synchronises them);
+    rank 0 writes ``path``, which chrome://tracing or Perfetto opens with one
+    track per rank.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The JSON file to write (only rank 0's value is used).
+    ctx : Context, optional
+        The context whose ranks take part (default: the default context).
+
+    Examples
+    --------
+    >>> with hpcdist.timeline("trace.json"):    # doctest: +SKIP
+    ...     hpcdist.allreduce(x)
+    """
+    from .context import resolve
+    ctx = resolve(ctx)
+    if _ACTIVE:
+        raise RuntimeError("hpcdist.timeline is already recording; nest no timelines")
+    ctx.comm.Barrier()
+    events = []
+    _ACTIVE.append((events, time.perf_counter()))
+    try:
+        yield path
+    finally:
+        _, origin = _ACTIVE.pop()
+        gathered = ctx.comm.gather(_to_chrome_events(events, origin, ctx.rank), root=0)
+        if ctx.rank == 0:
+            _write(path, gathered, ctx.size)
+
+
+def _to_chrome_events(events, origin, rank):
+    return [{"name": name, "cat": "collective", "ph": "X", "pid": rank, "tid": 0,
+             "ts": (start - origin) * 1e6, "dur": seconds * 1e6,
+             "args": {"bytes_sent": sent, "bytes_received": received}}
+            for name, start, seconds, sent, received in events]
+
+
+def _write(path, per_rank_events, size):
+    trace = [{"name": "process_name", "ph": "M", "pid": rank, "tid": 0,
+              "args": {"name": f"rank {rank}"}} for rank in range(size)]
+    for events in per_rank_events:
+        trace.extend(events)
+    tmp = f"{os.fspath(path)}.tmp"
+    with open(tmp, "w") as stream:
+        json.dump({"traceEvents": trace, "displayTimeUnit": "ms"}, stream)
+    os.replace(tmp, path)

@@ -15,6 +15,7 @@ from .dtypes import check_dtype, is_sixteen_bit_float, mpi_datatype
 __all__ = ["Payload", "wrap", "output_for", "mpi_buffer", "describe"]
 
 HOST, PY_SCALAR, NP_SCALAR, DEVICE_DIRECT, DEVICE_STAGED = range(5)
+_DIRECT_TYPES = {}  # dtype -> MPI datatype for dtypes the buffer protocol describes
 
 
 class Payload:
@@ -166,11 +167,14 @@ def mpi_buffer(array):
     MPI datatype, since Python's buffer protocol has no bfloat16.
     """
     dtype = array.dtype
+    datatype = _DIRECT_TYPES.get(dtype)
+    if datatype is not None:
+        return (array, datatype)
+    datatype = mpi_datatype(dtype)
     if is_sixteen_bit_float(dtype):
-        if isinstance(array, np.ndarray):
-            return [array.view(np.uint16), array.size, mpi_datatype(dtype)]
-        return [array.view("uint16"), array.size, mpi_datatype(dtype)]
-    return [array, array.size, mpi_datatype(dtype)]
+        return (array.view("uint16"), datatype)
+    _DIRECT_TYPES[dtype] = datatype
+    return (array, datatype)
 
 
 def describe(array):

@@ -16,7 +16,7 @@ from .abort import install_abort_hook
 from .devices import detect_cuda_aware, select_device
 from .staging import StagingPool
 from .threads import limit_threads_per_rank
-from .timeline import active_trace
+from .timeline import _ACTIVE as _ACTIVE_TRACE
 from .topology import detect_topology
 from .watchdog import Watchdog, stall_timeout_from_env
 
@@ -109,9 +109,8 @@ class Context:
         entry[1] += sent
         entry[2] += received
         entry[3] += seconds
-        trace = active_trace()
-        if trace is not None:
-            trace.append((name, start, seconds, sent, received))
+        if _ACTIVE_TRACE:
+            _ACTIVE_TRACE[0][0].append((name, start, seconds, sent, received))
 
     def stats(self):
         """Counters of every operation this context ran.

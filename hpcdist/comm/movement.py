@@ -236,7 +236,7 @@ def _vector_spec(buffer, counts, row_size):
     """An mpi4py ``[buffer, counts, displacements, datatype]`` for the v-collectives."""
     spec = mpi_buffer(buffer)
     elements = [c * row_size for c in counts]
-    return [spec[0], elements, offsets_of(elements).tolist(), spec[2]]
+    return [spec[0], elements, offsets_of(elements).tolist(), spec[1]]
 
 
 def _from_rows(result, axis):
@@ -265,16 +265,20 @@ def allgather(x, axis=0, *, counts=None, ctx=None):
     ctx = resolve(ctx)
     payload = wrap(x, ctx, "allgather")
     data, axis = _rows_first(payload, axis, "allgather")
-    if ctx.check:
-        agree(ctx, "allgather", _describe_except(data, axis), f"axis={axis}")
-    start = ctx._begin("allgather")
-    if counts is None:
-        counts = _exchange_rows(ctx, data, "allgather", axis) if ctx.size > 1 else [data.shape[0]]
-    else:
+    if counts is not None:
         counts = validate_counts(counts, ctx.size, sum(int(c) for c in counts), "allgather")
         if counts[ctx.rank] != data.shape[0]:
             raise ValueError(f"allgather: counts[{ctx.rank}]={counts[ctx.rank]} but rank "
                              f"{ctx.rank} passed {data.shape[0]} along axis={axis}")
+    if ctx.check:
+        agree(ctx, "allgather", _describe_except(data, axis), f"axis={axis}")
+    start = ctx._begin("allgather")
+    if counts is None:
+        try:
+            counts = _exchange_rows(ctx, data, "allgather", axis) if ctx.size > 1 else [data.shape[0]]
+        except ValueError:
+            ctx._end("allgather", start, 0, 0)
+            raise
     row_size = int(np.prod(data.shape[1:], dtype=np.int64))
     result = payload.new_output((sum(counts),) + data.shape[1:], data.dtype)
     if ctx.size == 1:
@@ -316,7 +320,11 @@ def gather(x, root=0, axis=0, *, ctx=None):
     if ctx.check:
         agree(ctx, "gather", _describe_except(data, axis), f"axis={axis}", f"root={root}")
     start = ctx._begin("gather")
-    counts = _exchange_rows(ctx, data, "gather", axis) if ctx.size > 1 else [data.shape[0]]
+    try:
+        counts = _exchange_rows(ctx, data, "gather", axis) if ctx.size > 1 else [data.shape[0]]
+    except ValueError:
+        ctx._end("gather", start, 0, 0)
+        raise
     row_size = int(np.prod(data.shape[1:], dtype=np.int64))
     is_root = ctx.rank == root
     result = payload.new_output((sum(counts),) + data.shape[1:], data.dtype) if is_root else None
@@ -448,13 +456,13 @@ def alltoall(x, counts=None, *, ctx=None):
         words[:, 1] = counts
         table = np.empty_like(words)
         ctx._private_comm.Alltoall(words, table)
-        if error is not None:
-            ctx._end("alltoall", start, 0, 0)
-            raise error
         try:
+            if error is not None:
+                raise error
             received = _check_rows(table, "alltoall", 0)
-        finally:
-            ctx._inflight_name = None
+        except ValueError:
+            ctx._end("alltoall", start, 0, 0)
+            raise
     result = payload.new_output((sum(received),) + data.shape[1:], data.dtype)
     if ctx.size == 1:
         result[...] = data

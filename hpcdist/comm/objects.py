@@ -4,13 +4,12 @@ from mpi4py import MPI
 
 from .checks import agree
 from .context import resolve
-from .ops import ReduceOp, parse_op
+from .ops import parse_op
 from .reductions import check_root
 
 __all__ = ["allreduce_object", "broadcast_object", "allgather_object", "gather_object"]
 
-_PYTHON_OPS = {ReduceOp.SUM: MPI.SUM, ReduceOp.MEAN: MPI.SUM, ReduceOp.PROD: MPI.PROD,
-               ReduceOp.MIN: MPI.MIN, ReduceOp.MAX: MPI.MAX}
+_PYTHON_OPS = {"sum": MPI.SUM, "mean": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
 
 
 def _run(ctx, name, call, *fields):
@@ -36,10 +35,10 @@ def allreduce_object(obj, op="sum", *, ctx=None):
     ctx = resolve(ctx)
     op = parse_op(op)
     if ctx.size == 1:
-        return obj / 1 if op is ReduceOp.MEAN else obj
+        return obj / 1 if op == "mean" else obj
     result = _run(ctx, "allreduce_object",
-                  lambda: ctx.comm.allreduce(obj, op=_PYTHON_OPS[op]), f"op={op.value}")
-    return result / ctx.size if op is ReduceOp.MEAN else result
+                  lambda: ctx.comm.allreduce(obj, op=_PYTHON_OPS[op]), f"op={op}")
+    return result / ctx.size if op == "mean" else result
 
 
 def broadcast_object(obj, root=0, *, ctx=None):

@@ -27,31 +27,30 @@ class ReduceOp(str, enum.Enum):
         return self.value
 
 
-_BY_NAME = {op.value: op for op in ReduceOp}
-_NUMPY_UFUNCS = {ReduceOp.SUM: np.add, ReduceOp.MEAN: np.add, ReduceOp.PROD: np.multiply,
-                 ReduceOp.MIN: np.minimum, ReduceOp.MAX: np.maximum}
-_BOOL_UFUNCS = {ReduceOp.SUM: np.logical_or, ReduceOp.PROD: np.logical_and,
-                ReduceOp.MIN: np.logical_and, ReduceOp.MAX: np.logical_or}
-_MPI_OPS = {ReduceOp.SUM: MPI.SUM, ReduceOp.MEAN: MPI.SUM, ReduceOp.PROD: MPI.PROD,
-            ReduceOp.MIN: MPI.MIN, ReduceOp.MAX: MPI.MAX}
-_MPI_BOOL_OPS = {ReduceOp.SUM: MPI.LOR, ReduceOp.PROD: MPI.LAND, ReduceOp.MIN: MPI.LAND,
-                 ReduceOp.MAX: MPI.LOR}
+# Internally an operation is its plain lower-case name: hashing a str is cheaper
+# than hashing an Enum member, and this runs on every collective.
+_BY_NAME = {op.value: op.value for op in ReduceOp}
+_NUMPY_UFUNCS = {"sum": np.add, "mean": np.add, "prod": np.multiply, "min": np.minimum,
+                 "max": np.maximum}
+_BOOL_UFUNCS = {"sum": np.logical_or, "prod": np.logical_and, "min": np.logical_and,
+                "max": np.logical_or}
+_MPI_OPS = {"sum": MPI.SUM, "mean": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
+_MPI_BOOL_OPS = {"sum": MPI.LOR, "prod": MPI.LAND, "min": MPI.LAND, "max": MPI.LOR}
 _USER_OPS = {}
+_MPI_OP_CACHE = {}  # (op, dtype) -> MPI.Op, filled on first use
 
 
 def parse_op(op):
-    """Turn ``op`` (a :class:`ReduceOp` or its name) into a :class:`ReduceOp`.
+    """Turn ``op`` (a :class:`ReduceOp` or its name) into the operation's plain name.
 
     Raises
     ------
     ValueError
         When ``op`` names no reduction.
     """
-    try:
-        return _BY_NAME[op]
-    except (KeyError, TypeError):
-        pass
-    if isinstance(op, str) and op.lower() in _BY_NAME:
+    if type(op) is str and op in _BY_NAME:
+        return op
+    if isinstance(op, str) and op.lower() in _BY_NAME:  # ReduceOp members, "SUM"
         return _BY_NAME[op.lower()]
     raise ValueError(f"op={op!r} is not a reduction; use one of "
                      f"{', '.join(repr(o.value) for o in ReduceOp)} or hpcdist.ReduceOp")
@@ -59,12 +58,12 @@ def parse_op(op):
 
 def _check_op_for_dtype(op, dtype):
     kind = dtype.kind
-    if op is ReduceOp.MEAN and kind in "biu":
+    if op == "mean" and kind in "biu":
         raise TypeError(f"op='mean' is not defined for {dtype} (the mean of integers or "
                         f"booleans is not of their dtype); use op='sum' and divide, or cast "
                         f"to a floating dtype first")
-    if kind == "c" and op in (ReduceOp.MIN, ReduceOp.MAX):
-        raise TypeError(f"op={op.value!r} is not defined for complex dtype {dtype}; "
+    if kind == "c" and op in ("min", "max"):
+        raise TypeError(f"op={op!r} is not defined for complex dtype {dtype}; "
                         f"use 'sum', 'mean' or 'prod', or reduce the real parts")
 
 
@@ -73,7 +72,8 @@ def local_reducer(op, dtype):
 
     Parameters
     ----------
-    op : ReduceOp
+    op : str
+        A name returned by :func:`parse_op`.
     dtype : numpy.dtype
 
     Returns
@@ -90,7 +90,7 @@ def local_reducer(op, dtype):
 def mpi_op(op, dtype):
     """The MPI operation that reduces ``dtype`` the way ``op`` does.
 
-    ``MEAN`` maps to a sum; the caller divides by the number of ranks.
+    ``op`` is a name returned by :func:`parse_op`. ``"mean"`` maps to a sum; the caller divides by the number of ranks.
     16-bit floats get user-defined operations that compute in floating
     point.
 
@@ -100,12 +100,18 @@ def mpi_op(op, dtype):
         When ``op`` is not defined for ``dtype`` (mean of integers, min of
         complex numbers).
     """
-    _check_op_for_dtype(op, dtype)
-    if dtype.kind == "b":
-        return _MPI_BOOL_OPS[op]
-    if is_sixteen_bit_float(dtype):
-        return _sixteen_bit_op(op, dtype)
-    return _MPI_OPS[op]
+    key = (op, dtype)
+    mpi_operation = _MPI_OP_CACHE.get(key)
+    if mpi_operation is None:
+        _check_op_for_dtype(op, dtype)
+        if dtype.kind == "b":
+            mpi_operation = _MPI_BOOL_OPS[op]
+        elif is_sixteen_bit_float(dtype):
+            mpi_operation = _sixteen_bit_op(op, dtype)
+        else:
+            mpi_operation = _MPI_OPS[op]
+        _MPI_OP_CACHE[key] = mpi_operation
+    return mpi_operation
 
 
 def _sixteen_bit_op(op, dtype):

@@ -7,7 +7,7 @@ from .algorithms import ALGORITHMS
 from .buffers import HOST, DEVICE_DIRECT, describe, mpi_buffer, output_for, wrap
 from .checks import agree
 from .context import resolve
-from .ops import ReduceOp, mpi_op, parse_op
+from .ops import mpi_op, parse_op
 from .partition import balanced_counts, validate_counts
 
 __all__ = ["allreduce", "reduce", "reduce_scatter", "check_root"]
@@ -65,7 +65,7 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx=None):
     mpi_operation = mpi_op(op, data.dtype)
     result, in_place = output_for(payload, x, out, "allreduce")
     if ctx.check:
-        agree(ctx, "allreduce", describe(data), f"op={op.value}", f"algorithm={algorithm}")
+        agree(ctx, "allreduce", describe(data), f"op={op}", f"algorithm={algorithm}")
     start = ctx._begin("allreduce")
     size = ctx.size
     if size == 1:
@@ -76,7 +76,7 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx=None):
                            mpi_buffer(result), mpi_operation)
     else:
         _explicit_allreduce(ctx, payload, data, result, op, algorithm)
-    if op is ReduceOp.MEAN and size > 1:
+    if op == "mean" and size > 1:
         _divide_for_mean(result, payload, size)
     ctx._end("allreduce", start, data.nbytes, data.nbytes)
     return payload.deliver(result, out)
@@ -117,14 +117,14 @@ def reduce(x, op="sum", *, root=0, ctx=None):
     is_root = ctx.rank == root
     result = payload.new_output(data.shape, data.dtype) if is_root else None
     if ctx.check:
-        agree(ctx, "reduce", describe(data), f"op={op.value}", f"root={root}")
+        agree(ctx, "reduce", describe(data), f"op={op}", f"root={root}")
     start = ctx._begin("reduce")
     if ctx.size == 1:
         result[...] = data
     else:
         ctx.comm.Reduce(mpi_buffer(data), mpi_buffer(result) if is_root else None,
                         mpi_operation, root=root)
-        if is_root and op is ReduceOp.MEAN:
+        if is_root and op == "mean":
             _divide_for_mean(result, payload, ctx.size)
     ctx._end("reduce", start, data.nbytes, data.nbytes if is_root else 0)
     return payload.deliver(result)
@@ -160,14 +160,14 @@ def reduce_scatter(x, op="sum", counts=None, *, ctx=None):
     row_size = int(np.prod(data.shape[1:], dtype=np.int64))
     result = payload.new_output((counts[ctx.rank],) + data.shape[1:], data.dtype)
     if ctx.check:
-        agree(ctx, "reduce_scatter", describe(data), f"op={op.value}", f"counts={counts}")
+        agree(ctx, "reduce_scatter", describe(data), f"op={op}", f"counts={counts}")
     start = ctx._begin("reduce_scatter")
     if ctx.size == 1:
         result[...] = data
     else:
         ctx.comm.Reduce_scatter(mpi_buffer(data), mpi_buffer(result),
                                 [c * row_size for c in counts], mpi_operation)
-        if op is ReduceOp.MEAN:
+        if op == "mean":
             _divide_for_mean(result, payload, ctx.size)
     ctx._end("reduce_scatter", start, data.nbytes, result.nbytes)
     return payload.deliver(result)

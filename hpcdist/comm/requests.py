@@ -7,7 +7,7 @@ from .buffers import mpi_buffer, output_for, wrap, describe
 from .checks import agree
 from .context import resolve
 from .movement import _exchange_rows, _from_rows, _rows_first, _vector_spec, broadcast
-from .ops import ReduceOp, mpi_op, parse_op
+from .ops import mpi_op, parse_op
 from .reductions import _divide_for_mean, check_root
 
 __all__ = ["Request", "iallreduce", "ibroadcast", "iallgather"]
@@ -91,7 +91,7 @@ def iallreduce(x, op="sum", *, out=None, ctx=None):
     mpi_operation = mpi_op(op, data.dtype)
     result, in_place = output_for(payload, x, out, "iallreduce")
     if ctx.check:
-        agree(ctx, "iallreduce", describe(data), f"op={op.value}")
+        agree(ctx, "iallreduce", describe(data), f"op={op}")
     if ctx.size == 1:
         if not in_place:
             result[...] = data
@@ -100,7 +100,7 @@ def iallreduce(x, op="sum", *, out=None, ctx=None):
                                   mpi_buffer(result), mpi_operation)
 
     def finish():
-        if op is ReduceOp.MEAN:
+        if op == "mean":
             _divide_for_mean(result, payload, ctx.size)
         return payload.deliver(result, out)
 

@@ -1,0 +1,1 @@
+"""The ``hpcdist`` command line."""

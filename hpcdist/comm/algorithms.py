@@ -23,19 +23,23 @@ def _as_bytes(array):
     return array.reshape(-1).view(np.uint8)
 
 
+def _start_from_input(data, result, op):
+    """Copy the input into the result; return its flat view and the local reducer."""
+    if result is not data:
+        result[...] = data
+    return result.reshape(-1), local_reducer(op, data.dtype)
+
+
 def ring_allreduce(ctx, data, result, op):
     """Bandwidth-optimal ring: a reduce-scatter then an allgather, ``size - 1`` steps each.
 
     Every rank sends ``2 (size - 1) / size`` of the array in total, whatever
     the number of ranks; blocks differ by at most one element.
     """
-    if result is not data:
-        result[...] = data
-    flat = result.reshape(-1)
-    comm, rank, size = ctx._private_comm, ctx.rank, ctx.size
+    flat, reducer = _start_from_input(data, result, op)
     if flat.size == 0:
         return result
-    reducer = local_reducer(op, flat.dtype)
+    comm, rank, size = ctx._private_comm, ctx.rank, ctx.size
     counts = balanced_counts(flat.size, size)
     offsets = offsets_of(counts)
     blocks = [flat[offsets[i]:offsets[i] + counts[i]] for i in range(size)]
@@ -59,13 +63,10 @@ def tree_allreduce(ctx, data, result, op):
     two, the first ``2 * remainder`` ranks pair up first (the even one hands
     its data to the odd one and waits for the result), as in MPICH.
     """
-    if result is not data:
-        result[...] = data
-    flat = result.reshape(-1)
-    comm, rank, size = ctx._private_comm, ctx.rank, ctx.size
+    flat, reducer = _start_from_input(data, result, op)
     if flat.size == 0:
         return result
-    reducer = local_reducer(op, flat.dtype)
+    comm, rank, size = ctx._private_comm, ctx.rank, ctx.size
     incoming = np.empty_like(flat)
     power = 1 << (size.bit_length() - 1)
     remainder = size - power

@@ -224,12 +224,22 @@ def _check_rows(descriptions, name, axis):
     return [int(words[1]) for words in descriptions]
 
 
-def _exchange_rows(ctx, data, name, axis):
-    """Every rank's row count along the gather axis, validated on every rank."""
+def _exchange_rows(ctx, data, name, axis, start):
+    """Every rank's row count along the gather axis, validated on every rank.
+
+    ``start`` is the operation's :meth:`Context._begin` time: a failed
+    validation closes the operation's bookkeeping before raising.
+    """
+    if ctx.size == 1:
+        return [data.shape[0]]
     words = _describe_rows(OK, data)
     table = np.empty((ctx.size, words.size), dtype=np.int64)
     ctx._private_comm.Allgather(words, table)
-    return _check_rows(table, name, axis)
+    try:
+        return _check_rows(table, name, axis)
+    except ValueError:
+        ctx._end(name, start, 0, 0)
+        raise
 
 
 def _vector_spec(buffer, counts, row_size):
@@ -274,11 +284,7 @@ def allgather(x, axis=0, *, counts=None, ctx=None):
         agree(ctx, "allgather", _describe_except(data, axis), f"axis={axis}")
     start = ctx._begin("allgather")
     if counts is None:
-        try:
-            counts = _exchange_rows(ctx, data, "allgather", axis) if ctx.size > 1 else [data.shape[0]]
-        except ValueError:
-            ctx._end("allgather", start, 0, 0)
-            raise
+        counts = _exchange_rows(ctx, data, "allgather", axis, start)
     row_size = int(np.prod(data.shape[1:], dtype=np.int64))
     result = payload.new_output((sum(counts),) + data.shape[1:], data.dtype)
     if ctx.size == 1:
@@ -320,11 +326,7 @@ def gather(x, root=0, axis=0, *, ctx=None):
     if ctx.check:
         agree(ctx, "gather", _describe_except(data, axis), f"axis={axis}", f"root={root}")
     start = ctx._begin("gather")
-    try:
-        counts = _exchange_rows(ctx, data, "gather", axis) if ctx.size > 1 else [data.shape[0]]
-    except ValueError:
-        ctx._end("gather", start, 0, 0)
-        raise
+    counts = _exchange_rows(ctx, data, "gather", axis, start)
     row_size = int(np.prod(data.shape[1:], dtype=np.int64))
     is_root = ctx.rank == root
     result = payload.new_output((sum(counts),) + data.shape[1:], data.dtype) if is_root else None

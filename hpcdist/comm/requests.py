@@ -161,7 +161,8 @@ def iallgather(x, axis=0, *, counts=None, ctx=None):
     if ctx.check:
         agree(ctx, "iallgather", describe(data), f"axis={axis}")
     if counts is None:
-        counts = _exchange_rows(ctx, data, "iallgather", axis) if ctx.size > 1 else [data.shape[0]]
+        counts = _exchange_rows(ctx, data, "iallgather", axis, ctx._begin("iallgather"))
+        ctx._inflight_name = None  # only the size exchange blocked; wait() times the rest
     counts = [int(c) for c in counts]
     result = payload.new_output((sum(counts),) + data.shape[1:], data.dtype, slot=None)
     if ctx.size == 1:

@@ -1,0 +1,54 @@
+"""``hpcdist info`` and the command line, run as a user would: real processes."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+BIN = os.path.dirname(sys.executable)
+HPCDIST = os.path.join(BIN, "hpcdist")
+MPIEXEC = os.path.join(BIN, "mpiexec")
+
+
+def _run(command, timeout=120):
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+def test_info_reports_versions_and_mpi_library():
+    completed = _run([HPCDIST, "info"])
+    assert completed.returncode == 0, completed.stderr
+    for label in ("hpcdist", "numpy", "mpi4py", "mpi_library", "cuda_aware_mpi",
+                  "numba threading_layer", "h5py parallel", "cupy"):
+        assert label in completed.stdout
+
+
+def test_info_json_under_mpiexec_lists_every_rank():
+    completed = _run([MPIEXEC, "-n", "2", HPCDIST, "info", "--json"])
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads(completed.stdout)
+    assert report["info"]["world_size"] == 2
+    assert [row["rank"] for row in report["layout"]] == [0, 1]
+    assert {row["local_rank"] for row in report["layout"]} == {0, 1}
+    assert report["info"]["mpi_thread_level"] == "multiple"
+
+
+def test_help_documents_every_command():
+    completed = _run([HPCDIST, "--help"])
+    assert completed.returncode == 0
+    assert "info" in completed.stdout and "bench" in completed.stdout
+    completed = _run([HPCDIST, "bench", "--help"])
+    assert "collectives" in completed.stdout
+
+
+def test_unknown_benchmark_is_a_clear_error():
+    completed = _run([HPCDIST, "bench", "nosuchbench"])
+    assert completed.returncode == 2
+    assert "invalid choice: 'nosuchbench'" in completed.stderr
+
+
+def test_import_does_not_initialise_mpi():
+    code = "import sys, hpcdist; print('mpi4py.MPI' in sys.modules)"
+    completed = _run([sys.executable, "-c", code])
+    assert completed.stdout.strip() == "False"

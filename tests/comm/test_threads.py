@@ -1,0 +1,48 @@
+"""Thread hygiene: ranks x threads stays within the node's cores."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hpcdist.comm import threads
+
+MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+
+
+@pytest.fixture
+def no_thread_settings(monkeypatch):
+    for name in threads.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    yield
+    while threads._LIMITER:
+        threads._LIMITER.pop().restore_original_limits()
+
+
+def test_limits_threads_to_cores_per_rank(no_thread_settings):
+    assert threads.limit_threads_per_rank(local_size=4, cores=8) == 2
+    assert os.environ["OMP_NUM_THREADS"] == "2"
+
+
+def test_leaves_user_settings_alone(no_thread_settings, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert threads.limit_threads_per_rank(local_size=4, cores=8) is None
+
+
+def test_single_rank_per_node_keeps_all_cores(no_thread_settings):
+    assert threads.limit_threads_per_rank(local_size=1, cores=8) is None
+
+
+def test_oversubscribed_ranks_get_one_blas_thread_each():
+    """Two ranks on this machine: init caps BLAS threads so 2 x threads <= cores."""
+    code = ("import hpcdist, threadpoolctl, os; ctx = hpcdist.init(); "
+            "info = threadpoolctl.threadpool_info(); "
+            "cores = len(os.sched_getaffinity(0)); "
+            "assert all(i['num_threads'] * ctx.local_size <= max(cores, ctx.local_size) "
+            "for i in info), info; print('ok', os.environ['OMP_NUM_THREADS'])")
+    env = {k: v for k, v in os.environ.items() if k not in threads.THREAD_VARIABLES}
+    completed = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], env=env,
+                               capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.count("ok") == 2

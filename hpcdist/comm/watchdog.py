@@ -55,6 +55,7 @@ class Watchdog:
         self.comm = comm
         self.timeout = timeout
         self._contexts = weakref.WeakSet()
+        self._question = np.zeros(1, dtype=np.int64)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hpcdist-watchdog", daemon=True)
         self._thread.start()
@@ -87,8 +88,9 @@ class Watchdog:
                 if current is not None and current[2] > self.timeout:
                     self._diagnose_and_abort(current)
         finally:
-            self._request.Cancel()
-            self._request.Wait()
+            if self._request != MPI.REQUEST_NULL:
+                self._request.Cancel()
+                self._request.Wait()
 
     def _answer_queries(self):
         status = MPI.Status()
@@ -100,8 +102,8 @@ class Watchdog:
         name, call, seconds, _ = current
         rank, size = self.comm.Get_rank(), self.comm.Get_size()
         others = [r for r in range(size) if r != rank]
-        for other in others:
-            self.comm.isend(np.zeros(1, dtype=np.int64), dest=other, tag=_QUERY)
+        for other in others:  # the question buffer lives as long as the watchdog
+            self.comm.Isend(self._question, dest=other, tag=_QUERY).Free()
         replies = {}
         deadline = time.monotonic() + _REPLY_GRACE_SECONDS
         while len(replies) < len(others) and time.monotonic() < deadline:
@@ -123,7 +125,8 @@ class Watchdog:
                  f"has not completed after {seconds:.1f} s (HPCDIST_STALL_TIMEOUT={self.timeout:g})."]
         missing = elsewhere + silent
         if missing:
-            lines.append(f"  {format_ranks(missing)} have not arrived in {name}:")
+            verb = "has" if len(missing) == 1 else "have"
+            lines.append(f"  {format_ranks(missing)} {verb} not arrived in {name}:")
         for other in elsewhere:
             state = replies[other]
             doing = ("not in any collective (computing, sleeping or blocked outside hpcdist)"
@@ -132,6 +135,7 @@ class Watchdog:
         for other in silent:
             lines.append(f"    rank {other}: did not answer within {_REPLY_GRACE_SECONDS:g} s "
                          f"(hung with the interpreter lock held, or dead)")
-        lines.append(f"  {format_ranks(sorted(waiting))} are waiting in {name}. Aborting the job.")
+        verb = "is" if len(waiting) == 1 else "are"
+        lines.append(f"  {format_ranks(sorted(waiting))} {verb} waiting in {name}. Aborting the job.")
         abort_job("\n".join(lines), errorcode=1)
         sys.exit(1)  # not reached: Abort ends the process

@@ -125,8 +125,7 @@ class Watchdog:
                  f"has not completed after {seconds:.1f} s (HPCDIST_STALL_TIMEOUT={self.timeout:g})."]
         missing = elsewhere + silent
         if missing:
-            verb = "has" if len(missing) == 1 else "have"
-            lines.append(f"  {format_ranks(missing)} {verb} not arrived in {name}:")
+            lines.append(f"  Ranks that have not arrived in {name}: {format_ranks(missing)}")
         for other in elsewhere:
             state = replies[other]
             doing = ("not in any collective (computing, sleeping or blocked outside hpcdist)"
@@ -135,7 +134,6 @@ class Watchdog:
         for other in silent:
             lines.append(f"    rank {other}: did not answer within {_REPLY_GRACE_SECONDS:g} s "
                          f"(hung with the interpreter lock held, or dead)")
-        verb = "is" if len(waiting) == 1 else "are"
-        lines.append(f"  {format_ranks(sorted(waiting))} {verb} waiting in {name}. Aborting the job.")
+        lines.append(f"  Ranks waiting in {name}: {format_ranks(sorted(waiting))}. Aborting the job.")
         abort_job("\n".join(lines), errorcode=1)
         sys.exit(1)  # not reached: Abort ends the process

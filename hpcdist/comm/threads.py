@@ -20,17 +20,18 @@ def available_cores():
 
 
 def limit_threads_per_rank(local_size, cores=None):
-    """Cap BLAS, OpenMP and Numba threads at ``cores // local_size`` per rank.
+    """Cap BLAS, OpenMP and Numba threads so the node's ranks share its cores.
 
-    Does nothing when the user set any of :data:`THREAD_VARIABLES` or when
-    the node has a core for every thread already.
+    Each rank gets ``cores // local_size`` threads, and no more than the
+    cores it is bound to. Does nothing when the user set any of
+    :data:`THREAD_VARIABLES`, or when the cap would not lower anything.
 
     Parameters
     ----------
     local_size : int
         Ranks on this node.
     cores : int, optional
-        Cores available to the node's ranks (default: this process's affinity).
+        Cores of the node (default: ``os.cpu_count()``).
 
     Returns
     -------
@@ -39,10 +40,8 @@ def limit_threads_per_rank(local_size, cores=None):
     """
     if any(name in os.environ for name in THREAD_VARIABLES):
         return None
-    cores = available_cores() if cores is None else cores
-    if local_size <= 1:
-        return None
-    threads = max(1, cores // local_size)
+    cores = (os.cpu_count() or 1) if cores is None else cores
+    threads = max(1, min(cores // max(local_size, 1), available_cores()))
     if threads >= cores:
         return None
     from threadpoolctl import threadpool_limits

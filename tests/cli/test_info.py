@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-import pytest
+from tests.helpers import subprocess_env
 
 BIN = os.path.dirname(sys.executable)
 HPCDIST = os.path.join(BIN, "hpcdist")
@@ -13,7 +13,8 @@ MPIEXEC = os.path.join(BIN, "mpiexec")
 
 
 def _run(command, timeout=120):
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          env=subprocess_env())
 
 
 def test_info_reports_versions_and_mpi_library():

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from hpcdist.comm import threads
+from tests.helpers import subprocess_env
 
 MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
 
@@ -20,7 +21,8 @@ def no_thread_settings(monkeypatch):
         threads._LIMITER.pop().restore_original_limits()
 
 
-def test_limits_threads_to_cores_per_rank(no_thread_settings):
+def test_limits_threads_to_cores_per_rank(no_thread_settings, monkeypatch):
+    monkeypatch.setattr(threads, "available_cores", lambda: 8)
     assert threads.limit_threads_per_rank(local_size=4, cores=8) == 2
     assert os.environ["OMP_NUM_THREADS"] == "2"
 
@@ -30,8 +32,14 @@ def test_leaves_user_settings_alone(no_thread_settings, monkeypatch):
     assert threads.limit_threads_per_rank(local_size=4, cores=8) is None
 
 
-def test_single_rank_per_node_keeps_all_cores(no_thread_settings):
+def test_single_rank_per_node_keeps_all_cores(no_thread_settings, monkeypatch):
+    monkeypatch.setattr(threads, "available_cores", lambda: 8)
     assert threads.limit_threads_per_rank(local_size=1, cores=8) is None
+
+
+def test_rank_bound_to_fewer_cores_gets_that_many(no_thread_settings, monkeypatch):
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    assert threads.limit_threads_per_rank(local_size=1, cores=8) == 2
 
 
 def test_oversubscribed_ranks_get_one_blas_thread_each():
@@ -41,7 +49,7 @@ def test_oversubscribed_ranks_get_one_blas_thread_each():
             "cores = len(os.sched_getaffinity(0)); "
             "assert all(i['num_threads'] * ctx.local_size <= max(cores, ctx.local_size) "
             "for i in info), info; print('ok', os.environ['OMP_NUM_THREADS'])")
-    env = {k: v for k, v in os.environ.items() if k not in threads.THREAD_VARIABLES}
+    env = {k: v for k, v in subprocess_env().items() if k not in threads.THREAD_VARIABLES}
     completed = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], env=env,
                                capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr

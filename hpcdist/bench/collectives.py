@@ -1,12 +1,16 @@
 """Collective benchmark: hpcdist against raw mpi4py and torch.distributed (gloo).
 
 Run under MPI with one thread per rank (the benchmark does not set these
-itself; they keep NumPy/torch from oversubscribing the cores)::
+itself; they keep NumPy and torch from oversubscribing the cores)::
 
     export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 NUMBA_NUM_THREADS=1
-    mpiexec -n 2 python -m hpcdist.bench.collectives            # full run, 8 B .. 64 MiB
-    mpiexec -n 2 python -m hpcdist.bench.collectives --quick    # a few sizes, < 20 s
+    mpiexec -n 2 python -m hpcdist.bench.collectives           # 8 B .. 64 MiB, 1-3 minutes
+    mpiexec -n 2 python -m hpcdist.bench.collectives --quick   # 4 sizes, < 20 s
     hpcdist bench collectives --sizes 8,64K,16M --repetitions 9
+
+Other work on the machine makes the numbers noisy (MPI ranks busy-poll, so a
+rank that loses its core stalls the others): the load average before and
+after is printed and kept in the JSON.
 
 Operations (float32 vectors; "size" is the bytes each rank contributes):
 
@@ -15,8 +19,8 @@ Operations (float32 vectors; "size" is the bytes each rank contributes):
     ``o = t.clone(); dist.all_reduce(o)``: a new result array per call.
 ``allreduce_out``
     ``hpcdist.allreduce(x, out=out)`` vs ``comm.Allreduce(x, out)`` vs
-    ``dist.all_reduce(out_t)`` (gloo's in-place form; its buffer grows, which
-    does not change the speed).
+    ``dist.all_reduce(out_t)`` (gloo's in-place form; the buffer's values
+    grow, which does not change the speed).
 ``broadcast``
     ``hpcdist.broadcast(buf, root=0)`` vs ``comm.Bcast(buf, root=0)`` vs
     ``dist.broadcast(buf_t, src=0)``, non-root ``buf`` preallocated.
@@ -27,27 +31,30 @@ Operations (float32 vectors; "size" is the bytes each rank contributes):
 ``allgather_uneven``
     ``hpcdist.allgather(x)`` (sizes exchanged first, so they may differ per
     rank) vs mpi4py doing the same work: ``Allgather`` of the counts, then
-    ``Allgatherv``. No gloo column: gloo needs equal sizes.
+    ``Allgather`` when they are all equal (as here, and as hpcdist does),
+    else ``Allgatherv``. (With MPICH, ``Allgatherv`` is up to 2x slower than
+    ``Allgather`` at large sizes, so always calling it would flatter
+    hpcdist.) No gloo column: gloo needs equal sizes.
 
 The mpi4py baseline runs on ``MPI.COMM_WORLD.Dup()`` (same MPI library,
 separate communicator); barriers and timing reductions run on another
 duplicate. torch tensors share memory with the NumPy buffers
 (``torch.from_numpy``); gloo is left out when torch cannot be imported.
 
-Timing: per (operation, size), every implementation is checked once against
-the expected result, warmed up, then timed in R repetitions. Each repetition
-runs every implementation once, one after another (the starting one rotates
-between repetitions); each run is a barrier followed by a batch of k calls, k
-chosen per implementation on rank 0 so a batch lasts about ``--batch-ms``, and
-broadcast. A run's
-time is the per-call time of the slowest rank. Reported: the median over
-repetitions and the ratios hpcdist/mpi4py and hpcdist/gloo of the medians (the
-JSON also keeps every repetition, the minimums and their ratios, which are less
-sensitive to other load on the machine).
+Timing: per (operation, size), each implementation's result is checked once,
+then it is warmed up and timed in R repetitions. A repetition runs every
+implementation once, one after another (the first one rotates between
+repetitions): a barrier, then a batch of k calls, k chosen per implementation
+on rank 0 so a batch lasts about ``--batch-ms``, and broadcast. A
+repetition's time is the per-call time of the slowest rank. Reported: the
+median over repetitions and the ratios hpcdist/mpi4py and hpcdist/gloo of the
+medians. The JSON also keeps every repetition, the minimums, the ratio of the
+minimums and the median of the per-repetition ratios, which are less
+sensitive to other load.
 
 Output: a table on rank 0, ``<output-dir>/<name>.json`` (machine, settings,
 every repetition, medians, ratios, summary) and ``<output-dir>/<name>.png``
-(time and ratio against size; skipped when matplotlib is missing).
+(time and ratios against size; skipped when matplotlib is missing).
 """
 
 from __future__ import annotations
@@ -77,22 +84,26 @@ KIB = 1024
 MIB = 1024 * KIB
 DEFAULT_SIZES = (8,) + tuple(4**k for k in range(3, 14))  # 8 B, 64 B, 256 B, ..., 64 MiB
 QUICK_SIZES = (8, KIB, 64 * KIB, MIB)
-DEFAULT_REPETITIONS = 15
+DEFAULT_REPETITIONS = 15  # below BIG_MESSAGE; a third of it from there up
 QUICK_REPETITIONS = 5
+BIG_MESSAGE = 4 * MIB
 DEFAULT_BATCH_MS = 10.0
 QUICK_BATCH_MS = 2.0
-LARGE_MESSAGE = 64 * KIB  # boundary between the two hpcdist/mpi4py targets
-TARGET_LARGE = 1.05  # hpcdist/mpi4py at sizes >= LARGE_MESSAGE
-TARGET_SMALL = 1.5  # hpcdist/mpi4py below LARGE_MESSAGE
-TARGET_GLOO = 1.0  # hpcdist/gloo: strictly faster at every size
 MAX_ITERATIONS = 200_000  # cap on k, the calls per timed batch
 WARMUP_CALLS = 3
 
+LARGE_MESSAGE = 64 * KIB  # where the hpcdist/mpi4py target changes
+TARGET_LARGE = 1.05  # hpcdist/mpi4py from LARGE_MESSAGE up
+TARGET_SMALL = 1.5  # hpcdist/mpi4py below LARGE_MESSAGE
+TARGET_GLOO = 1.0  # hpcdist/gloo must stay below this at every size
+
 DTYPE = np.float32
 ITEMSIZE = np.dtype(DTYPE).itemsize
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "NUMBA_NUM_THREADS")
 
-DESCRIPTIONS = {
+#: what each implementation calls, per operation (printed and stored in the JSON)
+CALLS = {
     "allreduce": {
         "hpcdist": "hpcdist.allreduce(x)",
         "mpi4py": "comm.Allreduce(x, np.empty_like(x))",
@@ -115,7 +126,8 @@ DESCRIPTIONS = {
     },
     "allgather_uneven": {
         "hpcdist": "hpcdist.allgather(x)",
-        "mpi4py": "comm.Allgather(n, counts); comm.Allgatherv(x, (np.empty(sum(counts)), counts))",
+        "mpi4py": "comm.Allgather(n, counts); out = np.empty(sum(counts)); "
+                  "comm.Allgather(x, out) if the counts are equal else Allgatherv",
     },
 }
 
@@ -131,9 +143,9 @@ class Backends:
     comm : mpi4py.MPI.Comm
         ``MPI.COMM_WORLD.Dup()`` for the mpi4py baseline.
     ctrl : mpi4py.MPI.Comm
-        Another duplicate for barriers and timing reductions.
+        Another duplicate, for barriers and timing reductions.
     torch, dist : module or None
-        ``torch`` and ``torch.distributed`` (gloo initialised), or None.
+        ``torch`` and ``torch.distributed`` with a gloo group started, or None.
     """
 
     hp: Any
@@ -151,17 +163,19 @@ class Backends:
         return self.ctrl.Get_size()
 
 
-# ---------------------------------------------------------------- arguments
-
+# -- arguments ------------------------------------------------------------------------------
 
 def _parse_size(text: str) -> int:
-    """Parse ``"64"``, ``"64B"``, ``"1K"``, ``"1KiB"``, ``"16M"`` into bytes."""
+    """``"64"``, ``"64B"``, ``"1K"``, ``"1KiB"``, ``"16M"`` in bytes."""
     match = re.fullmatch(r"\s*(\d+)\s*([kmg]?)(i?b)?\s*", text, flags=re.IGNORECASE)
     if match is None:
-        raise argparse.ArgumentTypeError(f"size={text!r} is not a byte count; use e.g. 8, 1K, 64KiB, 16M")
-    value = int(match.group(1)) * {"": 1, "k": KIB, "m": MIB, "g": 1024 * MIB}[match.group(2).lower()]
+        raise argparse.ArgumentTypeError(
+            f"size={text!r} is not a byte count; use e.g. 8, 1K, 64KiB, 16M")
+    scale = {"": 1, "k": KIB, "m": MIB, "g": 1024 * MIB}[match.group(2).lower()]
+    value = int(match.group(1)) * scale
     if value < ITEMSIZE or value % ITEMSIZE:
-        raise argparse.ArgumentTypeError(f"size={text!r} ({value} B) should be a positive multiple of 4 (float32)")
+        raise argparse.ArgumentTypeError(
+            f"size={text!r} ({value} B) should be a positive multiple of {ITEMSIZE} (float32)")
     return value
 
 
@@ -171,9 +185,9 @@ def _size_list(text: str) -> list[int]:
 
 def _operation_list(text: str) -> list[str]:
     names = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [name for name in names if name not in OPERATIONS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"operations={text!r} should be a comma list of {', '.join(OPERATIONS)}")
+    if not names or any(name not in OPERATIONS for name in names):
+        raise argparse.ArgumentTypeError(
+            f"operations={text!r} should be a comma list of {', '.join(OPERATIONS)}")
     return [name for name in OPERATIONS if name in names]
 
 
@@ -181,23 +195,33 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hpcdist bench collectives",
         description="Time hpcdist's allreduce, broadcast and allgather against raw mpi4py and "
-        "torch.distributed (gloo), interleaved on the same buffers. Run under mpiexec.",
-    )
-    parser.add_argument("--sizes", type=_size_list, help="comma list of message sizes in bytes per rank "
-                        "(suffixes K, M, G = KiB, MiB, GiB); default 8 B, then powers of 4 from 64 B to 64 MiB")
-    parser.add_argument("--quick", action="store_true", help="short run: 8 B, 1 KiB, 64 KiB, 1 MiB, "
-                        f"{QUICK_REPETITIONS} repetitions, {QUICK_BATCH_MS:g} ms batches")
-    parser.add_argument("--repetitions", type=int, help=f"timed repetitions per size (default "
-                        f"{DEFAULT_REPETITIONS}, a third of that from 4 MiB up, at least 3)")
-    parser.add_argument("--batch-ms", type=float, help=f"target duration of one timed batch (default "
-                        f"{DEFAULT_BATCH_MS:g} ms)")
-    parser.add_argument("--operations", type=_operation_list, default=list(OPERATIONS),
-                        help=f"comma list of operations (default: all of {', '.join(OPERATIONS)})")
-    parser.add_argument("--no-gloo", action="store_true", help="skip torch.distributed even if torch is importable")
+                    "torch.distributed (gloo), interleaved on the same buffers. Run it under "
+                    "mpiexec, with OMP_NUM_THREADS=1.")
+    parser.add_argument(
+        "--sizes", type=_size_list,
+        help="comma list of bytes per rank, suffixes K, M, G for KiB, MiB, GiB "
+             "(default: 8 B, then powers of 4 from 64 B to 64 MiB)")
+    parser.add_argument(
+        "--quick", action="store_true",
+        help=f"short run: 8 B, 1 KiB, 64 KiB, 1 MiB, {QUICK_REPETITIONS} repetitions, "
+             f"{QUICK_BATCH_MS:g} ms batches")
+    parser.add_argument(
+        "--repetitions", type=int,
+        help=f"timed repetitions per size (default {DEFAULT_REPETITIONS}, "
+             f"{DEFAULT_REPETITIONS // 3} from {_format_size(BIG_MESSAGE)} up)")
+    parser.add_argument(
+        "--batch-ms", type=float,
+        help=f"target duration of one timed batch (default {DEFAULT_BATCH_MS:g} ms)")
+    parser.add_argument(
+        "--operations", type=_operation_list, default=list(OPERATIONS),
+        help=f"comma list of operations (default: all of {', '.join(OPERATIONS)})")
+    parser.add_argument("--no-gloo", action="store_true",
+                        help="leave torch.distributed out even when torch is importable")
     parser.add_argument("--no-plot", action="store_true", help="do not write the PNG plot")
     parser.add_argument("--output-dir", type=Path, default=Path("benchmarks") / "results",
                         help="where NAME.json and NAME.png go (default: ./benchmarks/results)")
-    parser.add_argument("--name", default="collectives", help="file stem of the outputs (default: collectives)")
+    parser.add_argument("--name", default="collectives",
+                        help="file name stem of the outputs (default: collectives)")
     return parser
 
 
@@ -216,50 +240,45 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _repetitions_for(size: int, args: argparse.Namespace) -> int:
-    """Repetitions at ``size`` bytes: fewer for big messages unless given."""
+    """Repetitions at ``size`` bytes: as given, else fewer for big messages."""
     if args.repetitions is not None:
         return args.repetitions
     if args.quick:
         return QUICK_REPETITIONS
-    return DEFAULT_REPETITIONS if size < 4 * MIB else max(3, DEFAULT_REPETITIONS // 3)
+    return DEFAULT_REPETITIONS if size < BIG_MESSAGE else max(3, DEFAULT_REPETITIONS // 3)
 
 
-# ------------------------------------------------------------------- setup
-
+# -- setup ----------------------------------------------------------------------------------
 
 def _init_hpcdist():
-    """Import and initialise hpcdist with check mode off.
-
-    Returns
-    -------
-    module
-        The ``hpcdist`` package.
-    """
+    """Import and initialise hpcdist, with check mode off; returns the package."""
     import hpcdist
 
-    missing = [name for name in ("init", "allreduce", "broadcast", "allgather") if not hasattr(hpcdist, name)]
+    needed = ("init", "allreduce", "broadcast", "allgather")
+    missing = [name for name in needed if not hasattr(hpcdist, name)]
     if missing:
-        raise RuntimeError(f"hpcdist has no {', '.join(missing)}: the benchmark needs the collectives of API section 2")
+        raise RuntimeError(f"hpcdist has no {', '.join(missing)}: this benchmark needs the "
+                           f"collectives of hpcdist.comm")
     ctx = hpcdist.init()
     ctx.check = False
     return hpcdist
 
 
 def _rendezvous(ctrl) -> str:
-    """Pick gloo's rendezvous address on rank 0 and share it with every rank."""
+    """gloo's ``tcp://host:port``, picked on rank 0 and shared with every rank."""
     hosts = ctrl.allgather(socket.gethostname())
     address = None
     if ctrl.Get_rank() == 0:
-        host = "127.0.0.1" if len(set(hosts)) == 1 else hosts[0]
+        one_host = len(set(hosts)) == 1
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("" if host != "127.0.0.1" else host, 0))
+            sock.bind(("127.0.0.1" if one_host else "", 0))
             port = sock.getsockname()[1]
-        address = f"tcp://{host}:{port}"
+        address = f"tcp://{'127.0.0.1' if one_host else hosts[0]}:{port}"
     return ctrl.bcast(address, root=0)
 
 
 def _init_gloo(ctrl, enabled: bool):
-    """Start a torch.distributed gloo group with MPI's ranks, if torch is importable.
+    """Start a torch.distributed gloo group with MPI's ranks, when torch is importable.
 
     Returns
     -------
@@ -275,20 +294,20 @@ def _init_gloo(ctrl, enabled: bool):
     usable = dist is not None and dist.is_available() and dist.is_gloo_available()
     if not all(ctrl.allgather(usable)):
         if enabled and ctrl.Get_rank() == 0:
-            print("torch.distributed with gloo is not importable on every rank: no gloo column", flush=True)
+            print("torch.distributed with gloo is not importable on every rank: "
+                  "no gloo column", flush=True)
         return None, None
     dist.init_process_group("gloo", init_method=_rendezvous(ctrl), rank=ctrl.Get_rank(),
                             world_size=ctrl.Get_size(), timeout=datetime.timedelta(seconds=120))
     return torch, dist
 
 
-# -------------------------------------------------------------- operations
-# Each builder returns (implementations, expected): name -> zero-argument
-# callable returning the result, and the result every rank should get.
-
+# -- operations -----------------------------------------------------------------------------
+# A builder returns (implementations, expected): name -> zero-argument callable
+# returning the result, and the result every rank should get.
 
 def _local_vector(n: int, rank: int) -> np.ndarray:
-    """Rank-dependent small integers as float32, so sums are exact."""
+    """Rank-dependent small integers as float32, so that sums are exact."""
     return (np.arange(n) % 13 + rank).astype(DTYPE)
 
 
@@ -377,14 +396,17 @@ def _build_allgather_uneven(b: Backends, n: int):
     x = _local_vector(n, b.rank)
     local_count = np.array([n], dtype=np.int64)
 
-    def mpi4py_allgatherv():
+    def mpi4py_allgather_sizes_first():
         counts = np.empty(b.size, dtype=np.int64)
         b.comm.Allgather(local_count, counts)
         out = np.empty(int(counts.sum()), dtype=x.dtype)
-        b.comm.Allgatherv(x, (out, counts))
+        if (counts == counts[0]).all():
+            b.comm.Allgather(x, out)
+        else:
+            b.comm.Allgatherv(x, (out, counts))
         return out
 
-    impls = {"hpcdist": lambda: b.hp.allgather(x), "mpi4py": mpi4py_allgatherv}
+    impls = {"hpcdist": lambda: b.hp.allgather(x), "mpi4py": mpi4py_allgather_sizes_first}
     return impls, _gathered(n, b.size)
 
 
@@ -397,25 +419,20 @@ BUILDERS: dict[str, Callable] = {
 }
 
 
-# ------------------------------------------------------------------ timing
-
-
-def _max_over_ranks(value: float, ctrl) -> float:
-    return max(ctrl.allgather(value))
-
+# -- timing ---------------------------------------------------------------------------------
 
 def _batch_time(fn: Callable[[], Any], k: int, ctrl) -> float:
-    """Seconds per call of ``fn`` over a batch of ``k`` calls, slowest rank.
+    """Seconds per call of ``fn`` over a batch of ``k`` calls, on the slowest rank.
 
-    Collective over ``ctrl``: every rank calls it with the same ``k`` and gets
-    the same value back.
+    Collective over ``ctrl``: every rank passes the same ``k`` and gets the
+    same value back.
     """
     ctrl.Barrier()
     start = time.perf_counter()
     for _ in range(k):
         fn()
     per_call = (time.perf_counter() - start) / k
-    return _max_over_ranks(per_call, ctrl)
+    return max(ctrl.allgather(per_call))
 
 
 def _verify(fn: Callable[[], Any], expected: np.ndarray, ctrl) -> bool:
@@ -426,29 +443,29 @@ def _verify(fn: Callable[[], Any], expected: np.ndarray, ctrl) -> bool:
 
 
 def _pilot(fn: Callable[[], Any], min_s: float, ctrl) -> float:
-    """Per-call seconds from batches grown until one lasts ``min_s``."""
+    """Per-call seconds, from batches grown until one lasts ``min_s``."""
     k = 1
     while True:
         per_call = _batch_time(fn, k, ctrl)
         if per_call * k >= min_s or k >= MAX_ITERATIONS:
-            return min(per_call, _batch_time(fn, k, ctrl))  # a second look, in case of a hiccup
+            return min(per_call, _batch_time(fn, k, ctrl))  # a second look, past any hiccup
         k = min(MAX_ITERATIONS, max(2 * k, math.ceil(1.2 * min_s / max(per_call, 1e-9))))
 
 
 def _choose_iterations(impls: dict, target_s: float, ctrl) -> dict[str, int]:
-    """Calls per batch for each implementation, so each batch lasts ``target_s``.
+    """Calls per batch, per implementation, so that a batch lasts ``target_s``.
 
-    Decided on rank 0 from pilot batches (which double as warm-up) and
-    broadcast, so every rank runs the same number of calls.
+    Decided on rank 0 from pilot batches (which also warm up) and broadcast.
     """
     per_call = {name: _pilot(fn, target_s / 4, ctrl) for name, fn in impls.items()}
     k = None
     if ctrl.Get_rank() == 0:
-        k = {name: int(min(MAX_ITERATIONS, max(1, math.ceil(target_s / t)))) for name, t in per_call.items()}
+        k = {name: int(min(MAX_ITERATIONS, max(1, math.ceil(target_s / t))))
+             for name, t in per_call.items()}
     return ctrl.bcast(k, root=0)
 
 
-def _measure(impls: dict, repetitions: int, target_s: float, ctrl) -> tuple[dict[str, int], dict[str, list[float]]]:
+def _measure(impls: dict, repetitions: int, target_s: float, ctrl):
     """Warm up, pick the batch lengths, then time ``repetitions`` interleaved rounds.
 
     Returns
@@ -456,7 +473,7 @@ def _measure(impls: dict, repetitions: int, target_s: float, ctrl) -> tuple[dict
     k : dict of str to int
         Calls per timed batch, per implementation.
     times : dict of str to list of float
-        Seconds per call (slowest rank) of every repetition, per implementation.
+        Seconds per call (slowest rank) in every repetition, per implementation.
     """
     for fn in impls.values():
         _batch_time(fn, WARMUP_CALLS, ctrl)
@@ -464,43 +481,44 @@ def _measure(impls: dict, repetitions: int, target_s: float, ctrl) -> tuple[dict
     names = list(impls)
     times = {name: [] for name in names}
     for rep in range(repetitions):
-        shift = rep % len(names)
-        for name in names[shift:] + names[:shift]:
+        first = rep % len(names)
+        for name in names[first:] + names[:first]:
             times[name].append(_batch_time(impls[name], k[name], ctrl))
     return k, times
 
 
 def _ratios(times: dict[str, float]) -> dict[str, float]:
-    """hpcdist's time over each baseline's: ``{"hpcdist/mpi4py": ..., "hpcdist/gloo": ...}``."""
+    """hpcdist's time over each baseline's: ``{"hpcdist/mpi4py": r, "hpcdist/gloo": r}``."""
     return {f"hpcdist/{base}": times["hpcdist"] / times[base]
-            for base in ("mpi4py", "gloo") if base in times and times[base] > 0}
+            for base in ("mpi4py", "gloo") if base in times}
+
+
+def _paired_ratios(times: dict[str, list[float]]) -> dict[str, float]:
+    """Median over repetitions of hpcdist's time over each baseline's in the same one."""
+    return {f"hpcdist/{base}": float(np.median(np.divide(times["hpcdist"], times[base])))
+            for base in ("mpi4py", "gloo") if base in times}
 
 
 def _run_case(b: Backends, operation: str, size: int, args: argparse.Namespace) -> dict:
-    """Verify and time one (operation, size); the record stored in the JSON."""
+    """Check and time one (operation, size); returns its JSON record."""
     n = size // ITEMSIZE
     impls, expected = BUILDERS[operation](b, n)
     verified = {name: _verify(impls[name], expected, b.ctrl) for name in ("hpcdist", "mpi4py")}
     repetitions = _repetitions_for(size, args)
     k, times = _measure(impls, repetitions, args.batch_ms / 1e3, b.ctrl)
-    medians = {name: float(np.median(values)) * 1e6 for name, values in times.items()}
-    minimums = {name: min(values) * 1e6 for name, values in times.items()}
+    times_us = {name: [t * 1e6 for t in values] for name, values in times.items()}
+    medians = {name: float(np.median(values)) for name, values in times_us.items()}
+    minimums = {name: min(values) for name, values in times_us.items()}
     return {
-        "size_bytes": size,
-        "elements": n,
-        "iterations_per_batch": k,
-        "repetitions": repetitions,
-        "verified": verified,
-        "median_us": medians,
-        "min_us": minimums,
-        "times_us": {name: [t * 1e6 for t in values] for name, values in times.items()},
-        "ratio": _ratios(medians),
-        "ratio_of_minimums": _ratios(minimums),
+        "size_bytes": size, "elements": n, "iterations_per_batch": k,
+        "repetitions": repetitions, "verified": verified,
+        "median_us": medians, "min_us": minimums, "times_us": times_us,
+        "ratio": _ratios(medians), "ratio_of_minimums": _ratios(minimums),
+        "ratio_paired": _paired_ratios(times),
     }
 
 
-# ------------------------------------------------------------------ report
-
+# -- report ---------------------------------------------------------------------------------
 
 def _format_size(size: int) -> str:
     for unit, scale in (("MiB", MIB), ("KiB", KIB)):
@@ -513,68 +531,73 @@ def _target(size: int) -> float:
     return TARGET_LARGE if size >= LARGE_MESSAGE else TARGET_SMALL
 
 
-def _header(operation: str) -> str:
-    desc = DESCRIPTIONS[operation]
-    lines = [f"\n{operation}:  " + "  vs  ".join(f"{name}: {desc[name]}" for name in IMPLEMENTATIONS if name in desc)]
-    lines.append(f"{'size':>8} {'hpcdist us':>12} {'mpi4py us':>12} {'ratio':>7}  {'gloo us':>12} {'ratio':>7}")
-    return "\n".join(lines)
+def _header(operation: str, gloo: bool) -> str:
+    calls = "\n".join(f"  {name:8s} {call}" for name, call in CALLS[operation].items()
+                      if gloo or name != "gloo")
+    columns = (f"{'size':>8} {'hpcdist us':>12} {'mpi4py us':>12} {'ratio':>7}  "
+               f"{'gloo us':>12} {'ratio':>7}")
+    return f"\n{operation}:\n{calls}\n{columns}"
+
+
+def _cell(time_us: float | None, ratio: float | None, missed: bool) -> str:
+    if ratio is None:
+        return f"{'-':>12} {'-':>7} "
+    return f"{time_us:12.2f} {ratio:7.3f}{'!' if missed else ' '}"
 
 
 def _row(record: dict) -> str:
+    """One table line: size, hpcdist, mpi4py and ratio, gloo and ratio; '!' = missed."""
     med, ratio, size = record["median_us"], record["ratio"], record["size_bytes"]
-    vs_mpi = ratio.get("hpcdist/mpi4py")
-    vs_gloo = ratio.get("hpcdist/gloo")
-    gloo = f"{med['gloo']:12.2f} {vs_gloo:7.3f}{'!' if vs_gloo >= TARGET_GLOO else ' '}" if vs_gloo is not None else f"{'-':>12} {'-':>7} "
-    flag = "!" if vs_mpi > _target(size) else " "
-    text = f"{_format_size(size):>8} {med['hpcdist']:12.2f} {med['mpi4py']:12.2f} {vs_mpi:7.3f}{flag} {gloo}"
-    if not all(record["verified"].values()):
-        text += "  WRONG RESULT: " + ", ".join(name for name, ok in record["verified"].items() if not ok)
-    return text
+    vs_mpi, vs_gloo = ratio["hpcdist/mpi4py"], ratio.get("hpcdist/gloo")
+    text = (f"{_format_size(size):>8} {med['hpcdist']:12.2f} "
+            + _cell(med["mpi4py"], vs_mpi, vs_mpi > _target(size)) + " "
+            + _cell(med.get("gloo"), vs_gloo, vs_gloo is not None and vs_gloo >= TARGET_GLOO))
+    wrong = [name for name, ok in record["verified"].items() if not ok]
+    return text + (f"  WRONG RESULT: {', '.join(wrong)}" if wrong else "")
 
 
-def _worst(records: list[dict], key: str, keep: Callable[[int], bool]):
-    """(ratio, size) of the largest ``key`` ratio among sizes kept, or None."""
-    found = [(r["ratio"][key], r["size_bytes"]) for r in records if key in r["ratio"] and keep(r["size_bytes"])]
-    return max(found) if found else None
+#: summary bands: (ratio, sizes included, target, whether the target may be reached)
+BANDS = {
+    "small": ("hpcdist/mpi4py", lambda size: size < LARGE_MESSAGE, TARGET_SMALL, True),
+    "large": ("hpcdist/mpi4py", lambda size: size >= LARGE_MESSAGE, TARGET_LARGE, True),
+    "gloo": ("hpcdist/gloo", lambda size: True, TARGET_GLOO, False),
+}
+
+
+def _band_summary(records: list[dict], band: str) -> dict:
+    """Worst ratio of one band of sizes against its target, with PASS/MISS/n/a."""
+    key, keep, target, inclusive = BANDS[band]
+    found = [(r["ratio"][key], r["size_bytes"]) for r in records
+             if key in r["ratio"] and keep(r["size_bytes"])]
+    if not found:
+        return {"ratio": key, "target": target, "worst": None, "at_size_bytes": None,
+                "status": "n/a"}
+    worst, at = max(found)
+    passed = worst <= target if inclusive else worst < target
+    return {"ratio": key, "target": target, "worst": worst, "at_size_bytes": at,
+            "status": "PASS" if passed else "MISS"}
 
 
 def _summarize(operations: dict) -> dict:
-    """Worst ratios per operation against the targets, with PASS/MISS."""
-    bands = {
-        "small": ("hpcdist/mpi4py", lambda s: s < LARGE_MESSAGE, TARGET_SMALL),
-        "large": ("hpcdist/mpi4py", lambda s: s >= LARGE_MESSAGE, TARGET_LARGE),
-        "gloo": ("hpcdist/gloo", lambda s: True, TARGET_GLOO),
-    }
-    summary = {}
-    for operation, entry in operations.items():
-        summary[operation] = {}
-        for band, (key, keep, target) in bands.items():
-            worst = _worst(entry["results"], key, keep)
-            passed = None if worst is None else (worst[0] < target if band == "gloo" else worst[0] <= target)
-            summary[operation][band] = {
-                "ratio": key, "target": target, "worst": None if worst is None else worst[0],
-                "at_size_bytes": None if worst is None else worst[1],
-                "status": "n/a" if worst is None else ("PASS" if passed else "MISS"),
-            }
-    return summary
+    return {operation: {band: _band_summary(entry["results"], band) for band in BANDS}
+            for operation, entry in operations.items()}
 
 
 def _summary_text(summary: dict) -> str:
-    lines = [
-        "\nSummary: worst ratio per operation against the targets "
-        f"(hpcdist/mpi4py <= {TARGET_SMALL} below {_format_size(LARGE_MESSAGE)}, "
-        f"<= {TARGET_LARGE} from {_format_size(LARGE_MESSAGE)} up; hpcdist/gloo < {TARGET_GLOO:g} at every size)",
-        f"{'operation':<18} {'< 64 KiB vs mpi4py':>26} {'>= 64 KiB vs mpi4py':>26} {'all sizes vs gloo':>26}",
-    ]
+    large = _format_size(LARGE_MESSAGE)
+    lines = [f"\nSummary: worst ratio per operation against the targets (hpcdist/mpi4py <= "
+             f"{TARGET_SMALL} below {large}, <= {TARGET_LARGE} from {large} up; "
+             f"hpcdist/gloo < {TARGET_GLOO:g} at every size)",
+             f"{'operation':<18} {'< 64 KiB vs mpi4py':>26} {'>= 64 KiB vs mpi4py':>26} "
+             f"{'all sizes vs gloo':>26}"]
     for operation, bands in summary.items():
-        cells = []
-        for band in ("small", "large", "gloo"):
-            cell = bands[band]
-            cells.append("n/a" if cell["worst"] is None else
-                         f"{cell['worst']:.3f} @ {_format_size(cell['at_size_bytes'])} {cell['status']}")
+        cells = ["n/a" if c["worst"] is None else
+                 f"{c['worst']:.3f} @ {_format_size(c['at_size_bytes'])} {c['status']}"
+                 for c in bands.values()]
         lines.append(f"{operation:<18} " + " ".join(f"{c:>26}" for c in cells))
-    misses = sum(cell["status"] == "MISS" for bands in summary.values() for cell in bands.values())
-    lines.append("All targets met." if misses == 0 else f"{misses} target(s) missed ('!' marks the rows above).")
+    misses = sum(c["status"] == "MISS" for bands in summary.values() for c in bands.values())
+    lines.append("All targets met." if not misses
+                 else f"{misses} target(s) missed ('!' marks the rows above).")
     return "\n".join(lines)
 
 
@@ -584,32 +607,33 @@ def _version(module_name: str) -> str | None:
     except ImportError:
         return None
     version = getattr(module, "__version__", None)
-    if version is None and module_name == "hpcdist":
-        try:
-            from hpcdist._version import __version__ as version
-        except ImportError:
-            version = None
     return None if version is None else str(version)
 
 
 def _load_average() -> list[float] | None:
-    """1, 5 and 15 minute load averages (other work makes timings noisy)."""
+    """1, 5 and 15 minute load averages (other work makes the timings noisy)."""
     return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
+def _library_name(MPI) -> str:
+    return " ".join(MPI.Get_library_version().splitlines()[0].split())
 
 
 def _machine_info(b: Backends, load_before: list[float] | None) -> dict:
     from mpi4py import MPI
 
     hosts = b.ctrl.allgather(socket.gethostname())
+    affinity = getattr(os, "sched_getaffinity", None)
     return {
         "hostname": hosts[0],
         "nodes": len(set(hosts)),
         "ranks": b.size,
         "cpu_count": os.cpu_count(),
-        "cpus_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpus_available": len(affinity(0)) if affinity else None,
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
-        "mpi_library": MPI.Get_library_version().strip(),
+        "mpi_library": _library_name(MPI),
+        "mpi_library_version": MPI.Get_library_version().strip(),
         "mpi_standard": "%d.%d" % MPI.Get_version(),
         "python": platform.python_version(),
         "numpy": np.__version__,
@@ -623,10 +647,28 @@ def _machine_info(b: Backends, load_before: list[float] | None) -> dict:
     }
 
 
+def _settings(args: argparse.Namespace) -> dict:
+    return {
+        "sizes_bytes": list(args.sizes),
+        "dtype": np.dtype(DTYPE).name,
+        "quick": args.quick,
+        "repetitions": args.repetitions,
+        "batch_ms": args.batch_ms,
+        "timing": "per repetition and implementation: barrier, batch of k calls (k per "
+                  "implementation), per-call time of the slowest rank; implementations "
+                  "interleaved, the first one rotating; medians over repetitions",
+        "targets": {"hpcdist/mpi4py below 64 KiB": TARGET_SMALL,
+                    "hpcdist/mpi4py from 64 KiB": TARGET_LARGE,
+                    "hpcdist/gloo": f"< {TARGET_GLOO:g}"},
+    }
+
+
+# -- plot -----------------------------------------------------------------------------------
+
 def _size_axis(ax, sizes: list[int]) -> None:
-    """Log-scaled x axis labelled 8 B, 1 KiB, 1 MiB, ..."""
+    """Log x axis labelled 8 B, 1 KiB, 1 MiB, ..."""
     ax.set_xscale("log", base=2)
-    ticks = [s for s in sizes if s == sizes[0] or s == sizes[-1] or math.log2(s) % 4 == 0] if len(sizes) > 6 else sizes
+    ticks = sizes[::-2][::-1] if len(sizes) > 6 else sizes  # every other one, the largest kept
     ax.set_xticks(ticks, [_format_size(s) for s in ticks], fontsize="small")
     ax.minorticks_off()
     ax.grid(True, alpha=0.3)
@@ -634,28 +676,32 @@ def _size_axis(ax, sizes: list[int]) -> None:
 
 def _plot_times(ax, entry: dict, sizes: list[int]) -> None:
     for name in entry["implementations"]:
-        ax.plot(sizes, [r["median_us"][name] for r in entry["results"]], "o-", ms=3, label=name)
+        ax.plot(sizes, [r["median_us"][name] for r in entry["results"]], "o-", ms=3,
+                label=name)
     ax.set_yscale("log")
     _size_axis(ax, sizes)
     ax.legend(fontsize="small")
 
 
 def _plot_ratio(ax, entry: dict, sizes: list[int], key: str) -> None:
-    """One ratio against size, with its target as a dotted red line."""
+    """One ratio against size, with its target dotted in red."""
     points = [(r["size_bytes"], r["ratio"][key]) for r in entry["results"] if key in r["ratio"]]
     if not points:
-        ax.text(0.5, 0.5, f"no {key.split('/')[1]} baseline", ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, f"no {key.split('/')[1]} baseline", ha="center", va="center",
+                transform=ax.transAxes)
         ax.set_xticks([])
         ax.set_yticks([])
         return
-    ax.plot(*zip(*points), "o-", ms=3, color="tab:blue" if key.endswith("mpi4py") else "tab:green", label=key)
+    ax.plot(*zip(*points), "o-", ms=3, label=key,
+            color="tab:green" if key.endswith("gloo") else "tab:blue")
     lo, hi = sizes[0], sizes[-1]
     if key.endswith("gloo"):
         ax.set_yscale("log")
         ax.axhline(TARGET_GLOO, color="red", ls=":", label="target")
     else:
         if lo < LARGE_MESSAGE:
-            ax.hlines(TARGET_SMALL, lo, min(hi, LARGE_MESSAGE), colors="red", linestyles=":", label="target")
+            ax.hlines(TARGET_SMALL, lo, min(hi, LARGE_MESSAGE), colors="red", linestyles=":",
+                      label="target")
         if hi >= LARGE_MESSAGE:
             ax.hlines(TARGET_LARGE, max(lo, LARGE_MESSAGE), hi, colors="red", linestyles=":")
         ax.axhline(1.0, color="gray", lw=0.8)
@@ -664,17 +710,19 @@ def _plot_ratio(ax, entry: dict, sizes: list[int], key: str) -> None:
 
 
 def _plot(report: dict, path: Path) -> bool:
-    """Write time and ratios against size per operation; False without matplotlib."""
+    """Time and ratios against size, one column per operation; False without matplotlib."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no plot written (pip install matplotlib)", flush=True)
+        print("matplotlib is not installed: no plot written (pip install matplotlib)",
+              flush=True)
         return False
     operations = report["operations"]
-    fig, axes = plt.subplots(3, len(operations), figsize=(4.2 * len(operations), 10), squeeze=False)
+    fig, axes = plt.subplots(3, len(operations), figsize=(4.2 * len(operations), 10),
+                             squeeze=False)
     for col, (operation, entry) in enumerate(operations.items()):
         sizes = [r["size_bytes"] for r in entry["results"]]
         _plot_times(axes[0, col], entry, sizes)
@@ -686,9 +734,8 @@ def _plot(report: dict, path: Path) -> bool:
     axes[1, 0].set_ylabel("hpcdist / mpi4py")
     axes[2, 0].set_ylabel("hpcdist / gloo")
     machine = report["machine"]
-    library = " ".join(machine["mpi_library"].splitlines()[0].split())
     fig.suptitle(f"hpcdist collectives: {machine['ranks']} ranks on {machine['hostname']} "
-                 f"({machine['cpu_count']} cores), {library}, {machine['date']}")
+                 f"({machine['cpu_count']} cores), {machine['mpi_library']}, {machine['date']}")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -700,21 +747,19 @@ def _write_outputs(report: dict, args: argparse.Namespace) -> None:
     json_path = args.output_dir / f"{args.name}.json"
     json_path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"\nwrote {json_path}", flush=True)
-    if not args.no_plot:
-        png_path = args.output_dir / f"{args.name}.png"
-        if _plot(report, png_path):
-            print(f"wrote {png_path}", flush=True)
+    png_path = args.output_dir / f"{args.name}.png"
+    if not args.no_plot and _plot(report, png_path):
+        print(f"wrote {png_path}", flush=True)
 
 
-# -------------------------------------------------------------------- main
-
+# -- main -----------------------------------------------------------------------------------
 
 def _run(b: Backends, args: argparse.Namespace) -> dict:
-    """Measure every requested operation and size; print rows as they come."""
+    """Measure every requested operation and size; rank 0 prints rows as they come."""
     operations = {}
     for operation in args.operations:
         if b.rank == 0:
-            print(_header(operation), flush=True)
+            print(_header(operation, gloo=b.dist is not None), flush=True)
         records = []
         for size in args.sizes:
             records.append(_run_case(b, operation, size, args))
@@ -723,34 +768,20 @@ def _run(b: Backends, args: argparse.Namespace) -> dict:
         implementations = list(records[0]["median_us"]) if records else []
         operations[operation] = {
             "implementations": implementations,
-            "calls": {name: DESCRIPTIONS[operation][name] for name in implementations},
+            "calls": {name: CALLS[operation][name] for name in implementations},
             "results": records,
         }
     return operations
 
 
-def _settings(args: argparse.Namespace) -> dict:
-    return {
-        "sizes_bytes": list(args.sizes),
-        "dtype": np.dtype(DTYPE).name,
-        "quick": args.quick,
-        "repetitions": args.repetitions,
-        "batch_ms": args.batch_ms,
-        "timing": "per repetition: barrier, batch of k calls (k per implementation), per-call time of the slowest rank; "
-                  "implementations interleaved, starting one rotating; medians over repetitions",
-        "targets": {"hpcdist/mpi4py below 64 KiB": TARGET_SMALL, "hpcdist/mpi4py from 64 KiB": TARGET_LARGE,
-                    "hpcdist/gloo": f"< {TARGET_GLOO:g}"},
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Run the collective benchmark (under ``mpiexec``); rank 0 reports.
+    """Run the collective benchmark under ``mpiexec``; rank 0 reports.
 
     Parameters
     ----------
     argv : list of str, optional
-        Command-line arguments without the program name; ``sys.argv[1:]``
-        when None. ``--help`` lists them.
+        Command-line arguments without the program name (default
+        ``sys.argv[1:]``); ``--help`` lists them.
 
     Returns
     -------
@@ -767,18 +798,18 @@ def main(argv: list[str] | None = None) -> int:
     load_before = _load_average()
     try:
         if b.rank == 0:
-            library = " ".join(MPI.Get_library_version().splitlines()[0].split())
-            print(f"hpcdist collectives benchmark: {b.size} ranks, {library}, gloo {'on' if dist else 'off'}, "
-                  f"load average {load_before}, {os.cpu_count()} cores\n"
-                  "times: median per call in microseconds; '!' marks a missed target", flush=True)
+            print(f"hpcdist collectives benchmark: {b.size} ranks, {_library_name(MPI)}, "
+                  f"gloo {'on' if dist else 'off'}, {os.cpu_count()} cores, load average "
+                  f"{load_before}\ntimes: median per call in microseconds; '!' marks a missed "
+                  f"target", flush=True)
         operations = _run(b, args)
         machine = _machine_info(b, load_before)
         if b.rank == 0:
             summary = _summarize(operations)
-            report = {"benchmark": "collectives", "machine": machine, "settings": _settings(args),
-                      "operations": operations, "summary": summary}
             print(_summary_text(summary), flush=True)
-            _write_outputs(report, args)
+            _write_outputs({"benchmark": "collectives", "machine": machine,
+                            "settings": _settings(args), "operations": operations,
+                            "summary": summary}, args)
     finally:
         if dist is not None:
             dist.destroy_process_group()

@@ -41,7 +41,21 @@ def build_parser():
     return parser
 
 
+def _take_ranks_option(args):
+    """Accept ``-n N`` after the benchmark's name too (``hpcdist bench collectives -n 4``)."""
+    options = list(args.options)
+    for flag in ("-n", "--np"):
+        while flag in options:
+            index = options.index(flag)
+            if index + 1 >= len(options):
+                raise SystemExit(f"hpcdist bench: {flag} needs a number of ranks")
+            args.ranks = int(options[index + 1])
+            del options[index:index + 2]
+    args.options = options
+
+
 def _run_bench(args):
+    _take_ranks_option(args)
     module = BENCHMARKS[args.name]
     from .launcher import find_mpiexec, under_mpi_launcher
     if under_mpi_launcher() or args.ranks == 1:

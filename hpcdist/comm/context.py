@@ -80,6 +80,7 @@ class Context:
         self.staging = StagingPool()
         # hpcdist's own traffic (check agreement, headers, explicit algorithms)
         self._private_comm = comm.Dup() if self.size > 1 else comm
+        self._packet = None  # reusable buffer for header messages (see movement.py)
         self._stats = {}
         self._calls = 0
         self._inflight_name = None

@@ -79,8 +79,10 @@ def mpi_datatype(dtype):
 
 def dtype_code(dtype):
     """A small integer naming ``dtype`` in message headers."""
-    check_dtype(dtype)
-    return _CODES[dtype]
+    code = _CODES.get(dtype)
+    if code is None:
+        check_dtype(dtype)
+    return code
 
 
 def dtype_from_code(code):

@@ -43,26 +43,22 @@ def pack_header(out, status, array=None, kind=0, scalar_code=-1, extra=0):
     extra : int
         One free word for the caller (e.g. whether data follows inline).
     """
-    out[0] = status
     if array is None:
-        out[1:] = 0
+        out[:5] = (status, 0, 0, 0, 0)
         return out
-    if array.ndim > MAX_DIMS:
+    ndim = array.ndim
+    if ndim > MAX_DIMS:
         raise ValueError(f"arrays of more than {MAX_DIMS} dimensions are not supported "
-                         f"(got {array.ndim}); reshape first")
-    out[1] = dtype_code(np.dtype(array.dtype))
-    out[2] = array.ndim
-    out[3] = kind * 16 + (scalar_code + 1)
-    out[4] = extra
-    out[5:5 + array.ndim] = array.shape
+                         f"(got {ndim}); reshape first")
+    out[:5 + ndim] = (status, dtype_code(array.dtype), ndim, kind * 16 + scalar_code + 1,
+                      extra) + tuple(array.shape)
     return out
 
 
 def unpack_header(header):
     """``(status, shape, dtype, kind, scalar_type, extra)`` from a header."""
-    status = int(header[0])
-    ndim = int(header[2])
-    kind, scalar_code = divmod(int(header[3]), 16)
-    shape = tuple(int(n) for n in header[5:5 + ndim])
+    status, code, ndim, kind_code, extra = header[:5].tolist()
+    kind, scalar_code = divmod(kind_code, 16)
+    shape = tuple(header[5:5 + ndim].tolist())
     scalar_type = SCALAR_TYPES[scalar_code - 1] if scalar_code > 0 else None
-    return status, shape, dtype_from_code(int(header[1])), kind, scalar_type, int(header[4])
+    return status, shape, dtype_from_code(code), kind, scalar_type, extra

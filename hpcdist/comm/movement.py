@@ -1,5 +1,6 @@
 """Data movement: broadcast, allgather, gather, scatter and alltoall."""
 
+import math
 import numpy as np
 from mpi4py import MPI
 
@@ -7,7 +8,7 @@ from .buffers import DEVICE_DIRECT, HOST, NP_SCALAR, PY_SCALAR, describe, mpi_bu
 from .checks import agree, format_ranks
 from .context import resolve
 from .devices import backend_of
-from .dtypes import dtype_code
+from .dtypes import dtype_code, dtype_from_code
 from .headers import (BAD_INPUT, HEADER_WORDS, MAX_DIMS, NO_INPUT, OK, SCALAR_TYPES, pack_header,
                       unpack_header)
 from .partition import balanced_counts, offsets_of, validate_counts
@@ -53,8 +54,7 @@ def broadcast(x, root=0, *, ctx=None):
 
 def _root_payload(x, ctx, name, root):
     """Wrap the root's input; on bad input tell the other ranks, then raise."""
-    packet = np.zeros(_PACKET_BYTES, dtype=np.uint8)
-    header = packet[:_HEADER_BYTES].view(np.int64)
+    packet, header = _packet_of(ctx)
     try:
         if x is None:
             raise ValueError(f"{name}: the root (rank {root}) passed None; the root must pass "
@@ -68,6 +68,14 @@ def _root_payload(x, ctx, name, root):
             ctx._private_comm.Bcast(packet, root=root)
         raise
     return payload, packet, header
+
+
+def _packet_of(ctx):
+    """The context's reusable header packet (bytes) and its header words."""
+    packet = ctx._packet
+    if packet is None:
+        packet = ctx._packet = np.zeros(_PACKET_BYTES, dtype=np.uint8)
+    return packet, packet[:_HEADER_BYTES].view(np.int64)
 
 
 def _broadcast_root(x, root, ctx):
@@ -141,16 +149,16 @@ def _hand_back(buffer, target, kind, scalar_type, ctx):
 
 
 def _broadcast_receive(x, root, ctx):
-    packet = np.empty(_PACKET_BYTES, dtype=np.uint8)
+    packet, header = _packet_of(ctx)
     if ctx.check:
         agree(ctx, "broadcast", None if x is None else describe(x), f"root={root}")
     start = ctx._begin("broadcast")
     ctx._private_comm.Bcast(packet, root=root)
-    status, shape, dtype, kind, scalar_type, inline = unpack_header(packet[:_HEADER_BYTES].view(np.int64))
+    status, shape, dtype, kind, scalar_type, inline = unpack_header(header)
     if status != OK:
         ctx._end("broadcast", start, 0, 0)
         _raise_root_failure(status, root, "broadcast")
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     try:
         buffer, target = _receive_buffer(x, shape, dtype, ctx, "broadcast", root)
     except (TypeError, ValueError):
@@ -193,35 +201,39 @@ def _rows_first(payload, axis, name):
 def _describe_rows(status, data):
     """One rank's row description: status, rows, dtype, ndim and the other dimensions."""
     words = np.zeros(4 + MAX_DIMS, dtype=np.int64)
-    words[0] = status
-    if data is not None:
-        if data.ndim > MAX_DIMS:
-            raise ValueError(f"arrays of more than {MAX_DIMS} dimensions are not supported")
-        words[1] = data.shape[0]
-        words[2] = dtype_code(np.dtype(data.dtype))
-        words[3] = data.ndim
-        words[4:3 + data.ndim] = data.shape[1:]
+    if data is None:
+        words[0] = status
+        return words
+    if data.ndim > MAX_DIMS:
+        raise ValueError(f"arrays of more than {MAX_DIMS} dimensions are not supported")
+    words[:3 + data.ndim] = (status, data.shape[0], dtype_code(data.dtype), data.ndim) + data.shape[1:]
     return words
 
 
-def _check_rows(descriptions, name, axis):
-    """Raise on every rank unless all ranks passed compatible arrays; return the row counts."""
-    failed = [rank for rank, words in enumerate(descriptions) if words[0] != OK]
+def _check_rows(table, name, axis):
+    """Raise on every rank unless all ranks passed compatible arrays; return the row counts.
+
+    Parameters
+    ----------
+    table : ndarray of int64, shape (size, words)
+        Every rank's :func:`_describe_rows`.
+    """
+    rows = table.tolist()
+    failed = [rank for rank, words in enumerate(rows) if words[0] != OK]
     if failed:
         raise ValueError(f"{name}: {format_ranks(failed)} passed invalid input (see the "
                          f"error there); no data was exchanged")
-    signatures = {tuple(words[2:]) for words in descriptions}
-    if len(signatures) > 1:
-        from .dtypes import dtype_from_code
+    signature = rows[0][2:]
+    if any(words[2:] != signature for words in rows):
         shown = []
-        for words in descriptions:
-            dims = [str(int(n)) for n in words[4:3 + int(words[3])]]
+        for words in rows:
+            dims = [str(n) for n in words[4:3 + words[3]]]
             dims.insert(axis, "*")
-            shown.append(f"{dtype_from_code(int(words[2]))}[{','.join(dims)}]")
+            shown.append(f"{dtype_from_code(words[2])}[{','.join(dims)}]")
         raise ValueError(f"{name}: ranks disagree on the dtype or on the dimensions other than "
                          f"axis={axis}: " + ", ".join(f"rank {r} passed {s}"
                                                        for r, s in enumerate(shown)))
-    return [int(words[1]) for words in descriptions]
+    return [words[1] for words in rows]
 
 
 def _exchange_rows(ctx, data, name, axis, start):
@@ -276,7 +288,7 @@ def allgather(x, axis=0, *, counts=None, ctx=None):
     payload = wrap(x, ctx, "allgather")
     data, axis = _rows_first(payload, axis, "allgather")
     if counts is not None:
-        counts = validate_counts(counts, ctx.size, sum(int(c) for c in counts), "allgather")
+        counts = validate_counts(counts, ctx.size, None, "allgather")
         if counts[ctx.rank] != data.shape[0]:
             raise ValueError(f"allgather: counts[{ctx.rank}]={counts[ctx.rank]} but rank "
                              f"{ctx.rank} passed {data.shape[0]} along axis={axis}")
@@ -285,11 +297,11 @@ def allgather(x, axis=0, *, counts=None, ctx=None):
     start = ctx._begin("allgather")
     if counts is None:
         counts = _exchange_rows(ctx, data, "allgather", axis, start)
-    row_size = int(np.prod(data.shape[1:], dtype=np.int64))
+    row_size = math.prod(data.shape[1:])
     result = payload.new_output((sum(counts),) + data.shape[1:], data.dtype)
     if ctx.size == 1:
         result[...] = data
-    elif all(c == counts[0] for c in counts):
+    elif counts.count(counts[0]) == len(counts):
         ctx.comm.Allgather(mpi_buffer(data), mpi_buffer(result))
     else:
         ctx.comm.Allgatherv(mpi_buffer(data), _vector_spec(result, counts, row_size))
@@ -327,7 +339,7 @@ def gather(x, root=0, axis=0, *, ctx=None):
         agree(ctx, "gather", _describe_except(data, axis), f"axis={axis}", f"root={root}")
     start = ctx._begin("gather")
     counts = _exchange_rows(ctx, data, "gather", axis, start)
-    row_size = int(np.prod(data.shape[1:], dtype=np.int64))
+    row_size = math.prod(data.shape[1:])
     is_root = ctx.rank == root
     result = payload.new_output((sum(counts),) + data.shape[1:], data.dtype) if is_root else None
     if ctx.size == 1:
@@ -381,7 +393,7 @@ def scatter(x, root=0, axis=0, counts=None, *, ctx=None):
         raise (TypeError if header[1] == "TypeError" else ValueError)(
             f"scatter: the root (rank {root}) rejected its input: {header[2]}")
     _, dtype, rest, counts, axis, device = header
-    row_size = int(np.prod(rest, dtype=np.int64))
+    row_size = math.prod(rest)
     if is_root:
         payload, data = plan[0]
         result = payload.new_output((counts[ctx.rank],) + rest, dtype)
@@ -449,7 +461,7 @@ def alltoall(x, counts=None, *, ctx=None):
     if ctx.check:
         agree(ctx, "alltoall", _describe_except(data, 0))
     start = ctx._begin("alltoall")
-    row_size = int(np.prod(data.shape[1:], dtype=np.int64))
+    row_size = math.prod(data.shape[1:])
     if ctx.size == 1:
         received = list(counts)
     else:

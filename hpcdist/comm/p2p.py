@@ -6,6 +6,7 @@ MPI message; larger ones follow in a second message straight into the
 receiver's buffer.
 """
 
+import math
 import numpy as np
 from mpi4py import MPI
 
@@ -92,7 +93,7 @@ def _receive(message, status, out, ctx, name):
     message.Recv(first)
     source, tag = status.Get_source(), status.Get_tag()
     _, shape, dtype, kind, scalar_type, inline = unpack_header(first[:_HEADER_BYTES].view(np.int64))
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     try:
         buffer, target = _receive_buffer(out, shape, dtype, ctx, name, source)
     except (TypeError, ValueError):

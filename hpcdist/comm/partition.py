@@ -22,6 +22,16 @@ def balanced_counts(total, parts):
 def validate_counts(counts, parts, total, name):
     """Check user-given block sizes; return them as a list of int.
 
+    Parameters
+    ----------
+    counts : sequence of int
+    parts : int
+        How many blocks there must be.
+    total : int or None
+        What they must sum to (None: any total).
+    name : str
+        The operation, for error messages.
+
     Raises
     ------
     ValueError
@@ -31,9 +41,12 @@ def validate_counts(counts, parts, total, name):
         counts = [int(c) for c in counts]
     except (TypeError, ValueError):
         raise ValueError(f"{name}: counts={counts!r} should be a sequence of {parts} integers") from None
-    if len(counts) != parts or any(c < 0 for c in counts) or sum(counts) != total:
+    if len(counts) != parts or min(counts) < 0:
         raise ValueError(f"{name}: counts={counts} should be {parts} non-negative integers "
-                         f"(one per rank) summing to {total}, the length of the split axis")
+                         f"(one per rank)")
+    if total is not None and sum(counts) != total:
+        raise ValueError(f"{name}: counts={counts} should sum to {total}, the length of the "
+                         f"split axis (they sum to {sum(counts)})")
     return counts
 
 

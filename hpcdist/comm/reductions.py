@@ -1,11 +1,13 @@
 """Reductions: allreduce, reduce and reduce_scatter."""
 
+import math
 import numpy as np
 from mpi4py import MPI
 
 from .algorithms import ALGORITHMS
-from .buffers import HOST, DEVICE_DIRECT, describe, mpi_buffer, output_for, wrap
+from .buffers import DEVICE_DIRECT, HOST, describe, mpi_buffer, output_for, wrap
 from .checks import agree
+from .dtypes import is_sixteen_bit_float
 from .context import resolve
 from .ops import mpi_op, parse_op
 from .partition import balanced_counts, validate_counts
@@ -55,7 +57,13 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx=None):
     --------
     >>> total = hpcdist.allreduce(np.ones(4), op="sum")   # doctest: +SKIP
     """
-    ctx = resolve(ctx)
+    if ctx is None:
+        ctx = resolve(ctx)
+    if (type(x) is np.ndarray and algorithm == "auto" and not ctx.check
+            and x.flags.c_contiguous):
+        fast = _FAST_PATHS.get((op, x.dtype))
+        if fast is not None and (out is None or _fits(out, x)):
+            return _fast_allreduce(x, out, ctx, *fast)
     op = parse_op(op)
     if algorithm not in _ALGORITHM_NAMES:
         raise ValueError(f"allreduce: algorithm={algorithm!r} is unknown; use one of "
@@ -79,7 +87,36 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx=None):
     if op == "mean" and size > 1:
         _divide_for_mean(result, payload, size)
     ctx._end("allreduce", start, data.nbytes, data.nbytes)
+    if payload.kind == HOST and not is_sixteen_bit_float(data.dtype) and isinstance(op, str):
+        _FAST_PATHS[(op, data.dtype)] = (mpi_buffer(data)[1], mpi_operation, op == "mean")
     return payload.deliver(result, out)
+
+
+# (op name, dtype) -> (MPI datatype, MPI op, divide by size): filled by the general
+# path, so the fast path only ever repeats a combination already validated there
+_FAST_PATHS = {}
+
+
+def _fits(out, x):
+    return (type(out) is np.ndarray and out.flags.c_contiguous and out.shape == x.shape
+            and out.dtype == x.dtype)
+
+
+def _fast_allreduce(x, out, ctx, datatype, mpi_operation, mean):
+    """The general path's work for a contiguous NumPy array, without its dispatch."""
+    result = np.empty_like(x) if out is None else out
+    start = ctx._begin("allreduce")
+    size = ctx.size
+    if size == 1:
+        if result is not x:
+            result[...] = x
+    else:
+        ctx.comm.Allreduce(MPI.IN_PLACE if result is x else (x, datatype), (result, datatype),
+                           mpi_operation)
+        if mean:
+            np.true_divide(result, size, out=result)
+    ctx._end("allreduce", start, x.nbytes, x.nbytes)
+    return result
 
 
 def _explicit_allreduce(ctx, payload, data, result, op, algorithm):
@@ -157,7 +194,7 @@ def reduce_scatter(x, op="sum", counts=None, *, ctx=None):
     rows = data.shape[0]
     counts = (balanced_counts(rows, ctx.size) if counts is None
               else validate_counts(counts, ctx.size, rows, "reduce_scatter"))
-    row_size = int(np.prod(data.shape[1:], dtype=np.int64))
+    row_size = math.prod(data.shape[1:])
     result = payload.new_output((counts[ctx.rank],) + data.shape[1:], data.dtype)
     if ctx.check:
         agree(ctx, "reduce_scatter", describe(data), f"op={op}", f"counts={counts}")

@@ -1,5 +1,6 @@
 """Nonblocking operations: the :class:`Request` handle and the nonblocking collectives."""
 
+import math
 import numpy as np
 from mpi4py import MPI
 
@@ -168,7 +169,7 @@ def iallgather(x, axis=0, *, counts=None, ctx=None):
     if ctx.size == 1:
         result[...] = data
         return CompletedRequest(ctx, "iallgather", payload.deliver(_from_rows(result, axis)))
-    row_size = int(np.prod(data.shape[1:], dtype=np.int64))
+    row_size = math.prod(data.shape[1:])
     request = ctx.comm.Iallgatherv(mpi_buffer(data), _vector_spec(result, counts, row_size))
     return Request(ctx, "iallgather", [request],
                    lambda: payload.deliver(_from_rows(result, axis)),

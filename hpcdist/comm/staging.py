@@ -1,5 +1,6 @@
 """Reusable page-locked host buffers for staging device arrays through MPI."""
 
+import math
 import numpy as np
 
 __all__ = ["StagingPool"]
@@ -38,7 +39,7 @@ class StagingPool:
             Allocates page-locked memory when the buffer must grow.
         """
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         if slot is None:
             return backend.pinned_empty(nbytes).view(dtype).reshape(shape)
         buffer = self._buffers.get(slot)

@@ -53,3 +53,14 @@ def test_import_does_not_initialise_mpi():
     code = "import sys, hpcdist; print('mpi4py.MPI' in sys.modules)"
     completed = _run([sys.executable, "-c", code])
     assert completed.stdout.strip() == "False"
+
+
+def test_bench_starts_itself_under_mpiexec(tmp_path):
+    """``hpcdist bench NAME -n 2`` outside mpiexec launches two ranks and writes results."""
+    completed = _run([HPCDIST, "bench", "collectives", "-n", "2", "--quick", "--sizes", "8",
+                      "--repetitions", "1", "--operations", "allreduce", "--no-gloo",
+                      "--no-plot", "--output-dir", str(tmp_path)], timeout=300)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    report = json.loads((tmp_path / "collectives.json").read_text())
+    assert report["machine"]["ranks"] == 2
+    assert list(report["operations"]) == ["allreduce"]

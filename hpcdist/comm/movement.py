@@ -78,11 +78,18 @@ def _packet_of(ctx):
     return packet, packet[:_HEADER_BYTES].view(np.int64)
 
 
+def _describe_input(x):
+    """:func:`describe` for anything a caller may pass (None, numbers, arrays)."""
+    if x is None or (hasattr(x, "shape") and hasattr(x, "dtype")):
+        return describe(x)
+    return describe(np.asarray(x)) if isinstance(x, (int, float, complex)) else type(x).__name__
+
+
 def _broadcast_root(x, root, ctx):
+    if ctx.check:  # before the root validates: its error path must meet the same calls
+        agree(ctx, "broadcast", _describe_input(x), f"root={root}")
     payload, packet, header = _root_payload(x, ctx, "broadcast", root)
     data = payload.data
-    if ctx.check:
-        agree(ctx, "broadcast", describe(data), f"root={root}")
     start = ctx._begin("broadcast")
     if ctx.size > 1:
         inline = data.nbytes <= _INLINE_BYTES
@@ -376,6 +383,8 @@ def scatter(x, root=0, axis=0, counts=None, *, ctx=None):
     root = check_root(root, ctx, "scatter")
     is_root = ctx.rank == root
     plan = None
+    if ctx.check:  # before the root validates: its error path must meet the same calls
+        agree(ctx, "scatter", f"root={root}")
     if is_root:
         try:
             plan = _scatter_plan(x, axis, counts, ctx)
@@ -383,8 +392,6 @@ def scatter(x, root=0, axis=0, counts=None, *, ctx=None):
             if ctx.size > 1:
                 ctx._private_comm.bcast(("error", type(error).__name__, str(error)), root=root)
             raise
-    if ctx.check:
-        agree(ctx, "scatter", f"root={root}")
     start = ctx._begin("scatter")
     header = ctx._private_comm.bcast(plan[1:] if is_root else None, root=root) if ctx.size > 1 \
         else plan[1:]

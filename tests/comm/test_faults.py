@@ -1,0 +1,93 @@
+"""Fault handling with real processes: stall watchdog and abort_on_error.
+
+These are serial tests (not marked ``mpi``): each starts its own
+``mpiexec -n 2`` job in a subprocess and checks how that job ends.
+"""
+import pytest
+
+from tests.helpers import run_mpi_script
+
+JOB_LIMIT_S = 30  # a broken job must end well before this
+
+_CLEAN = """
+import numpy as np
+import hpcdist
+ctx = hpcdist.init()
+out = hpcdist.allreduce(np.full(3, ctx.rank + 1.0), "sum")
+hpcdist.barrier()
+print(f"rank {ctx.rank} result {out.tolist()}", flush=True)
+hpcdist.finalize()
+"""
+
+
+def test_clean_job_exits_zero(tmp_path):
+    rc, elapsed, output = run_mpi_script(_CLEAN, tmp_path, n=2, timeout=120)
+    assert rc == 0, output
+    assert "rank 0 result [3.0, 3.0, 3.0]" in output, output
+    assert "rank 1 result [3.0, 3.0, 3.0]" in output, output
+
+
+_STALL = """
+import time
+import numpy as np
+import hpcdist
+ctx = hpcdist.init()
+hpcdist.barrier()
+if ctx.rank == 1:
+    print("rank 1 going to sleep", flush=True)
+    time.sleep({sleep})
+print(f"rank {{ctx.rank}} entering allreduce", flush=True)
+out = hpcdist.allreduce(np.ones(4), "sum")
+print(f"rank {{ctx.rank}} finished {{out.tolist()}}", flush=True)
+hpcdist.finalize()
+"""
+
+
+def test_stall_watchdog_aborts_and_names_missing_rank(tmp_path):
+    rc, elapsed, output = run_mpi_script(_STALL.format(sleep=60), tmp_path, n=2,
+                                         timeout=90, HPCDIST_STALL_TIMEOUT=3)
+    assert rc != 0, f"job should have been aborted (rc={rc})\n{output}"
+    assert elapsed < JOB_LIMIT_S, f"job took {elapsed:.1f} s to end\n{output}"
+    assert "finished" not in output, output
+    lines = [line for line in output.splitlines() if "have not arrived" in line]
+    assert lines, f"no 'have not arrived' report in output:\n{output}"
+    assert any("1" in line for line in lines), f"rank 1 not named:\n{output}"
+
+
+@pytest.mark.parametrize("timeout_env,sleep", [("0", 4), ("20", 2)])
+def test_stall_watchdog_does_not_fire_early_or_when_off(tmp_path, timeout_env, sleep):
+    rc, elapsed, output = run_mpi_script(_STALL.format(sleep=sleep), tmp_path, n=2,
+                                         timeout=120, HPCDIST_STALL_TIMEOUT=timeout_env)
+    assert rc == 0, output
+    assert "have not arrived" not in output, output
+    for r in (0, 1):
+        assert f"rank {r} finished [2.0, 2.0, 2.0, 2.0]" in output, output
+
+
+_BOOM = """
+import numpy as np
+import hpcdist
+ctx = hpcdist.init()
+hpcdist.barrier()
+if ctx.rank == 1:
+    raise RuntimeError("boom")
+print("rank 0 waiting", flush=True)
+{wait}
+print("rank 0 was not aborted", flush=True)
+"""
+
+
+@pytest.mark.parametrize("wait", ["hpcdist.barrier()",
+                                  "hpcdist.allreduce(np.ones(8), 'sum')"],
+                         ids=["barrier", "allreduce"])
+def test_abort_on_error_ends_job(tmp_path, wait):
+    # the stall watchdog must not be what ends this job
+    rc, elapsed, output = run_mpi_script(_BOOM.format(wait=wait), tmp_path, n=2,
+                                         timeout=90, HPCDIST_STALL_TIMEOUT=600)
+    assert rc != 0, f"job should have failed (rc={rc})\n{output}"
+    assert elapsed < JOB_LIMIT_S, f"job took {elapsed:.1f} s to end\n{output}"
+    info = f"rc={rc} elapsed={elapsed:.1f}s output:\n{output}"
+    assert "rank 1" in output, info
+    assert "boom" in output, info
+    assert "RuntimeError" in output, info
+    assert "was not aborted" not in output, info

@@ -1,0 +1,70 @@
+"""Shared fixtures for the hpcdist test suite.
+
+Serial run:  ``python -m pytest``            (tests marked ``mpi`` are skipped)
+MPI runs:    ``mpiexec -n N python -m pytest --with-mpi --only-mpi``, N = 2, 3, 4
+"""
+import os
+
+from tests import _env  # noqa: F401  - snapshot of the environment before MPI starts
+
+# Keep ranks x threads within the machine, and let a hung collective abort the
+# job long before pytest-timeout would (tests that need another value run
+# their own processes). Must happen before hpcdist / numpy start.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+             "NUMBA_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+os.environ.setdefault("HPCDIST_STALL_TIMEOUT", "60")
+# Layout overrides are set by individual tests only, around the creation of a
+# new context; never inherit them into the default context.
+for _var in ("HPCDIST_RANKS_PER_NODE", "HPCDIST_CUDA_AWARE"):
+    os.environ.pop(_var, None)
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def ctx():
+    """The default context (``hpcdist.init()``), shared by the whole session."""
+    import hpcdist
+    return hpcdist.init()
+
+
+@pytest.fixture(scope="session")
+def size(ctx):
+    return ctx.size
+
+
+@pytest.fixture(scope="session")
+def rank(ctx):
+    return ctx.rank
+
+
+@pytest.fixture
+def check_mode(ctx):
+    """Turn check mode on for one test (on every rank); restore it afterwards."""
+    old = ctx.check
+    ctx.check = True
+    yield ctx
+    ctx.check = old
+
+
+def _world_size():
+    from mpi4py import MPI
+    return MPI.COMM_WORLD.Get_size()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under mpiexec, run only tests marked ``mpi``.
+
+    pytest-mpi ignores ``--only-mpi`` when ``--with-mpi`` is also given, and
+    serial tests (subprocess jobs, per-rank temporary files) are wrong when
+    every rank runs them. So unmarked tests are skipped whenever
+    ``--only-mpi`` is given or more than one MPI process is running.
+    """
+    only_mpi = config.getoption("--only-mpi", default=False)
+    if not only_mpi and _world_size() == 1:
+        return
+    skip = pytest.mark.skip(reason="serial test: runs under plain pytest only")
+    for item in items:
+        if "mpi" not in item.keywords:
+            item.add_marker(skip)

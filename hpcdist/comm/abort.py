@@ -3,6 +3,7 @@
 import socket
 import sys
 import threading
+import time
 import traceback
 
 from mpi4py import MPI
@@ -10,6 +11,7 @@ from mpi4py import MPI
 __all__ = ["install_abort_hook", "abort_job"]
 
 _INSTALLED = []
+_FORWARD_SECONDS = 1.0
 
 
 def abort_job(message, errorcode=1):
@@ -18,6 +20,8 @@ def abort_job(message, errorcode=1):
         sys.stderr.write(message if message.endswith("\n") else message + "\n")
         sys.stderr.flush()
         sys.stdout.flush()
+        # give the launcher a moment to forward the message before the job is torn down
+        time.sleep(_FORWARD_SECONDS)
     finally:
         MPI.COMM_WORLD.Abort(errorcode)
 

@@ -31,7 +31,7 @@ class Payload:
         device array sent directly, device array staged through the host).
     """
 
-    __slots__ = ("data", "kind", "scalar_type", "backend", "ctx")
+    __slots__ = ("data", "kind", "scalar_type", "backend", "ctx", "output_slot")
 
     def __init__(self, data, kind, scalar_type=None, backend=None, ctx=None):
         self.data = data
@@ -39,19 +39,32 @@ class Payload:
         self.scalar_type = scalar_type
         self.backend = backend
         self.ctx = ctx
+        self.output_slot = "recv"  # None: staged results get their own, unpooled buffer
 
     @property
     def on_host(self):
         """Whether MPI sees host memory (everything but a direct device array)."""
         return self.kind != DEVICE_DIRECT
 
-    def new_output(self, shape, dtype, slot="recv"):
-        """An uninitialised result buffer of the payload's kind."""
+    def new_output(self, shape, dtype, slot=...):
+        """An uninitialised result buffer of the payload's kind.
+
+        ``slot`` names the staging buffer a staged result lands in (default
+        :attr:`output_slot`; None for a fresh buffer).
+        """
         if self.kind == DEVICE_DIRECT:
             return self.backend.empty(shape, dtype)
         if self.kind == DEVICE_STAGED:
+            slot = self.output_slot if slot is ... else slot
             return self.ctx.staging.view(slot, shape, dtype, self.backend)
         return np.empty(shape, dtype=dtype)
+
+    def copy_into(self, result, data):
+        """Copy ``data`` into ``result``, both buffers of this payload's kind."""
+        if self.kind == DEVICE_DIRECT:
+            self.backend.copy(data, result)
+        else:
+            result[...] = data
 
     def deliver(self, result, out=None):
         """Return ``result`` as the kind of object the caller passed.

@@ -53,6 +53,8 @@ def agree(ctx, name, *fields):
     CollectiveMismatchError
         On every rank, listing each rank's operation and arguments.
     """
+    if ctx.size == 1:
+        return
     signatures = ctx._private_comm.allgather((name, fields))
     names = {signature[0] for signature in signatures}
     if len(names) == 1 and _consistent([f for _, f in signatures]):

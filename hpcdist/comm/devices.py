@@ -54,6 +54,13 @@ class DeviceBackend:
         """``x`` itself when C-contiguous, else a contiguous device copy."""
         return x
 
+    def copy(self, source, destination):
+        """Copy device array ``source`` into ``destination`` (through the host by default)."""
+        host = np.empty(source.shape, dtype=source.dtype)
+        self.to_host(source, host)
+        self.from_host(host, out=destination)
+        return destination
+
     def divide_(self, x, divisor):
         """Divide device array ``x`` by ``divisor`` in place (through the host by default)."""
         host = np.empty(x.shape, dtype=x.dtype)
@@ -97,6 +104,10 @@ class CupyBackend(DeviceBackend):
 
     def ascontiguous(self, x):
         return self._cupy.ascontiguousarray(x)
+
+    def copy(self, source, destination):
+        destination[...] = source
+        return destination
 
     def divide_(self, x, divisor):
         x /= divisor

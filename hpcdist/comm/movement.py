@@ -4,7 +4,8 @@ import math
 import numpy as np
 from mpi4py import MPI
 
-from .buffers import DEVICE_DIRECT, HOST, NP_SCALAR, PY_SCALAR, describe, mpi_buffer, wrap
+from .buffers import (DEVICE_DIRECT, DEVICE_STAGED, HOST, NP_SCALAR, PY_SCALAR, describe,
+                      mpi_buffer, wrap)
 from .checks import agree, format_ranks
 from .context import resolve
 from .devices import backend_of
@@ -201,7 +202,13 @@ def _rows_first(payload, axis, name):
             payload.kind = HOST  # gathered scalars come back as an array
     axis = _normalize_axis(axis, data.ndim, name)
     if axis != 0:
+        if payload.kind == DEVICE_DIRECT:
+            # reorder on the host: the result comes back to the device as when staged
+            host = np.empty(data.shape, dtype=data.dtype)
+            payload.backend.to_host(data, host)
+            data, payload.kind, payload.output_slot = host, DEVICE_STAGED, None
         data = np.ascontiguousarray(np.moveaxis(data, axis, 0))
+        payload.data = data
     return data, axis
 
 
@@ -307,7 +314,7 @@ def allgather(x, axis=0, *, counts=None, ctx=None):
     row_size = math.prod(data.shape[1:])
     result = payload.new_output((sum(counts),) + data.shape[1:], data.dtype)
     if ctx.size == 1:
-        result[...] = data
+        payload.copy_into(result, data)
     elif counts.count(counts[0]) == len(counts):
         ctx.comm.Allgather(mpi_buffer(data), mpi_buffer(result))
     else:
@@ -350,7 +357,7 @@ def gather(x, root=0, axis=0, *, ctx=None):
     is_root = ctx.rank == root
     result = payload.new_output((sum(counts),) + data.shape[1:], data.dtype) if is_root else None
     if ctx.size == 1:
-        result[...] = data
+        payload.copy_into(result, data)
     else:
         ctx.comm.Gatherv(mpi_buffer(data),
                          _vector_spec(result, counts, row_size) if is_root else None, root=root)
@@ -408,7 +415,7 @@ def scatter(x, root=0, axis=0, counts=None, *, ctx=None):
         payload, data = None, None
         result = np.empty((counts[ctx.rank],) + rest, dtype=dtype)
     if ctx.size == 1:
-        result[...] = data
+        payload.copy_into(result, data)
     else:
         ctx.comm.Scatterv(_vector_spec(data, counts, row_size) if is_root else None,
                           mpi_buffer(result), root=root)
@@ -486,7 +493,7 @@ def alltoall(x, counts=None, *, ctx=None):
             raise
     result = payload.new_output((sum(received),) + data.shape[1:], data.dtype)
     if ctx.size == 1:
-        result[...] = data
+        payload.copy_into(result, data)
     else:
         ctx.comm.Alltoallv(_vector_spec(data, counts, row_size),
                            _vector_spec(result, received, row_size))

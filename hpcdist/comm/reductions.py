@@ -78,7 +78,7 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx=None):
     size = ctx.size
     if size == 1:
         if not in_place:
-            result[...] = data
+            payload.copy_into(result, data)
     elif algorithm == "auto":
         ctx.comm.Allreduce(MPI.IN_PLACE if in_place else mpi_buffer(data),
                            mpi_buffer(result), mpi_operation)
@@ -157,7 +157,7 @@ def reduce(x, op="sum", *, root=0, ctx=None):
         agree(ctx, "reduce", describe(data), f"op={op}", f"root={root}")
     start = ctx._begin("reduce")
     if ctx.size == 1:
-        result[...] = data
+        payload.copy_into(result, data)
     else:
         ctx.comm.Reduce(mpi_buffer(data), mpi_buffer(result) if is_root else None,
                         mpi_operation, root=root)
@@ -200,7 +200,7 @@ def reduce_scatter(x, op="sum", counts=None, *, ctx=None):
         agree(ctx, "reduce_scatter", describe(data), f"op={op}", f"counts={counts}")
     start = ctx._begin("reduce_scatter")
     if ctx.size == 1:
-        result[...] = data
+        payload.copy_into(result, data)
     else:
         ctx.comm.Reduce_scatter(mpi_buffer(data), mpi_buffer(result),
                                 [c * row_size for c in counts], mpi_operation)

@@ -7,7 +7,8 @@ from mpi4py import MPI
 from .buffers import mpi_buffer, output_for, wrap, describe
 from .checks import agree
 from .context import resolve
-from .movement import _exchange_rows, _from_rows, _rows_first, _vector_spec, broadcast
+from .movement import (_describe_except, _exchange_rows, _from_rows, _rows_first, _vector_spec,
+                       broadcast)
 from .ops import mpi_op, parse_op
 from .reductions import _divide_for_mean, check_root
 
@@ -95,7 +96,7 @@ def iallreduce(x, op="sum", *, out=None, ctx=None):
         agree(ctx, "iallreduce", describe(data), f"op={op}")
     if ctx.size == 1:
         if not in_place:
-            result[...] = data
+            payload.copy_into(result, data)
         return CompletedRequest(ctx, "iallreduce", payload.deliver(result, out))
     request = ctx.comm.Iallreduce(MPI.IN_PLACE if in_place else mpi_buffer(data),
                                   mpi_buffer(result), mpi_operation)
@@ -160,14 +161,14 @@ def iallgather(x, axis=0, *, counts=None, ctx=None):
     payload = wrap(x, ctx, "iallgather", slot=None)
     data, axis = _rows_first(payload, axis, "iallgather")
     if ctx.check:
-        agree(ctx, "iallgather", describe(data), f"axis={axis}")
+        agree(ctx, "iallgather", _describe_except(data, axis), f"axis={axis}")
     if counts is None:
         counts = _exchange_rows(ctx, data, "iallgather", axis, ctx._begin("iallgather"))
         ctx._inflight_name = None  # only the size exchange blocked; wait() times the rest
     counts = [int(c) for c in counts]
     result = payload.new_output((sum(counts),) + data.shape[1:], data.dtype, slot=None)
     if ctx.size == 1:
-        result[...] = data
+        payload.copy_into(result, data)
         return CompletedRequest(ctx, "iallgather", payload.deliver(_from_rows(result, axis)))
     row_size = math.prod(data.shape[1:])
     request = ctx.comm.Iallgatherv(mpi_buffer(data), _vector_spec(result, counts, row_size))

@@ -1,7 +1,7 @@
 """Shared fixtures for the hpcdist test suite.
 
 Serial run:  ``python -m pytest``            (tests marked ``mpi`` are skipped)
-MPI runs:    ``mpiexec -n N python -m pytest --with-mpi --only-mpi``, N = 2, 3, 4
+MPI runs:    ``mpiexec -n N python -m pytest --only-mpi``, N = 2, 3, 4 (see scripts/test)
 """
 import os
 

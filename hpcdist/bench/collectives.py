@@ -24,6 +24,9 @@ Operations (float32 vectors; "size" is the bytes each rank contributes):
 ``broadcast``
     ``hpcdist.broadcast(buf, root=0)`` vs ``comm.Bcast(buf, root=0)`` vs
     ``dist.broadcast(buf_t, src=0)``, non-root ``buf`` preallocated.
+``broadcast_known``
+    The same with ``hpcdist.broadcast(buf, root=0, shape_known=True)``: every
+    rank promises an array of the root's shape, so no header message.
 ``allgather``
     ``hpcdist.allgather(x, counts=[n] * size)`` vs
     ``comm.Allgather(x, np.empty(n * size))`` vs ``dist.all_gather_single``
@@ -61,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import math
 import os
@@ -77,7 +81,8 @@ import numpy as np
 
 __all__ = ["main", "OPERATIONS"]
 
-OPERATIONS = ("allreduce", "allreduce_out", "broadcast", "allgather", "allgather_uneven")
+OPERATIONS = ("allreduce", "allreduce_out", "broadcast", "broadcast_known", "allgather",
+              "allgather_uneven")
 IMPLEMENTATIONS = ("hpcdist", "mpi4py", "gloo")
 
 KIB = 1024
@@ -116,6 +121,11 @@ CALLS = {
     },
     "broadcast": {
         "hpcdist": "hpcdist.broadcast(buf, root=0)",
+        "mpi4py": "comm.Bcast(buf, root=0)",
+        "gloo": "dist.broadcast(buf_t, src=0)",
+    },
+    "broadcast_known": {
+        "hpcdist": "hpcdist.broadcast(buf, root=0, shape_known=True)",
         "mpi4py": "comm.Bcast(buf, root=0)",
         "gloo": "dist.broadcast(buf_t, src=0)",
     },
@@ -355,14 +365,15 @@ def _build_allreduce_out(b: Backends, n: int):
     return impls, _summed(n, b.size)
 
 
-def _build_broadcast(b: Backends, n: int):
+def _build_broadcast(b: Backends, n: int, **options):
     buf = _local_vector(n, 0) if b.rank == 0 else np.zeros(n, dtype=DTYPE)
 
     def mpi4py_broadcast():
         b.comm.Bcast(buf, root=0)
         return buf
 
-    impls = {"hpcdist": lambda: b.hp.broadcast(buf, root=0), "mpi4py": mpi4py_broadcast}
+    impls = {"hpcdist": lambda: b.hp.broadcast(buf, root=0, **options),
+             "mpi4py": mpi4py_broadcast}
     if b.dist is not None:
         buf_t = b.torch.from_numpy(buf)
         impls["gloo"] = lambda: b.dist.broadcast(buf_t, src=0)
@@ -414,6 +425,7 @@ BUILDERS: dict[str, Callable] = {
     "allreduce": _build_allreduce,
     "allreduce_out": _build_allreduce_out,
     "broadcast": _build_broadcast,
+    "broadcast_known": functools.partial(_build_broadcast, shape_known=True),
     "allgather": _build_allgather,
     "allgather_uneven": _build_allgather_uneven,
 }

@@ -95,12 +95,14 @@ class Context:
 
     # -- bookkeeping of every collective ---------------------------------------------------
     def _begin(self, name):
+        """Mark the start of operation ``name`` (for the watchdog); returns the start time."""
         self._calls += 1
         self._inflight_name = name
         self._inflight_since = start = _perf_counter()
         return start
 
     def _end(self, name, start, sent, received):
+        """Count a finished operation in :meth:`stats` and the timeline."""
         seconds = _perf_counter() - start
         self._inflight_name = None
         entry = self._stats.get(name)

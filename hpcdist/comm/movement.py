@@ -2,7 +2,6 @@
 
 import math
 import numpy as np
-from mpi4py import MPI
 
 from .buffers import (DEVICE_DIRECT, DEVICE_STAGED, HOST, NP_SCALAR, PY_SCALAR, describe,
                       mpi_buffer, wrap)
@@ -10,20 +9,20 @@ from .checks import agree, format_ranks
 from .context import resolve
 from .devices import backend_of
 from .dtypes import dtype_code, dtype_from_code
-from .headers import (BAD_INPUT, HEADER_WORDS, MAX_DIMS, NO_INPUT, OK, SCALAR_TYPES, pack_header,
+from .headers import (BAD_INPUT, HEADER_BYTES, MAX_DIMS, NO_INPUT, OK, SCALAR_TYPES, pack_header,
                       unpack_header)
 from .partition import balanced_counts, offsets_of, validate_counts
 from .reductions import check_root
 
 __all__ = ["broadcast", "allgather", "gather", "scatter", "alltoall"]
 
-_HEADER_BYTES = HEADER_WORDS * 8
+_HEADER_BYTES = HEADER_BYTES
 _PACKET_BYTES = 1024                       # one eager message: header and a small array
 _INLINE_BYTES = _PACKET_BYTES - _HEADER_BYTES
 
 
 # -- broadcast -----------------------------------------------------------------------------
-def broadcast(x, root=0, *, ctx=None):
+def broadcast(x, root=0, *, shape_known=False, ctx=None):
     """Send ``x`` from ``root`` to every rank.
 
     Parameters
@@ -32,6 +31,11 @@ def broadcast(x, root=0, *, ctx=None):
         On ``root``, the data. Elsewhere, an array of the root's shape and
         dtype to fill in place, or None to receive a new array.
     root : int, default=0
+    shape_known : bool, default=False
+        Promise that every rank passes an array of the root's shape and
+        dtype (no None, no scalars): the header message is skipped, so the
+        broadcast is exactly one MPI broadcast. Check mode still verifies
+        the promise.
     ctx : Context, optional
 
     Returns
@@ -48,35 +52,66 @@ def broadcast(x, root=0, *, ctx=None):
     """
     ctx = resolve(ctx)
     root = check_root(root, ctx, "broadcast")
+    if shape_known:
+        return _broadcast_known_shape(x, root, ctx)
     if ctx.rank == root:
         return _broadcast_root(x, root, ctx)
     return _broadcast_receive(x, root, ctx)
 
 
+def _broadcast_known_shape(x, root, ctx):
+    """One MPI broadcast straight into every rank's array (``shape_known=True``)."""
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise TypeError(f"broadcast(shape_known=True): rank {ctx.rank} passed "
+                        f"{type(x).__name__}; every rank must pass an array of the root's "
+                        f"shape and dtype (or use shape_known=False)")
+    if ctx.check:
+        agree(ctx, "broadcast", describe(x), f"root={root}", "shape_known")
+    if type(x) is np.ndarray and x.flags.c_contiguous:
+        buffer, target = x, None
+    elif ctx.rank == root:
+        buffer, target = wrap(x, ctx, "broadcast").data, None
+    else:
+        buffer, target = _receive_buffer(x, tuple(x.shape), np.dtype(x.dtype), ctx,
+                                         "broadcast", root)
+    start = ctx._begin("broadcast")
+    if ctx.size > 1:
+        ctx.comm.Bcast(mpi_buffer(buffer), root=root)
+    is_root = ctx.rank == root
+    ctx._end("broadcast", start, buffer.nbytes if is_root else 0, 0 if is_root else buffer.nbytes)
+    return x if is_root else _hand_back(buffer, target, HOST, None, ctx)
+
+
 def _root_payload(x, ctx, name, root):
-    """Wrap the root's input; on bad input tell the other ranks, then raise."""
-    packet, header = _packet_of(ctx)
+    """Wrap the root's input and describe it in the context's packet.
+
+    Returns the payload, the packet, and whether the data rides inline in the
+    packet (small host data). On bad input the root tells the other ranks
+    (they raise too), then raises.
+    """
+    packet = _packet_of(ctx)
     try:
         if x is None:
             raise ValueError(f"{name}: the root (rank {root}) passed None; the root must pass "
                              f"the data to send")
         payload = wrap(x, ctx, name)
         scalar_code = SCALAR_TYPES.index(payload.scalar_type) if payload.kind == PY_SCALAR else -1
-        pack_header(header, OK, payload.data, payload.kind, scalar_code)
+        inline = payload.on_host and payload.data.nbytes <= _INLINE_BYTES
+        pack_header(packet, OK, payload.data, payload.kind, scalar_code, inline)
     except (TypeError, ValueError):
-        pack_header(header, NO_INPUT if x is None else BAD_INPUT)
+        pack_header(packet, NO_INPUT if x is None else BAD_INPUT)
         if ctx.size > 1:
             ctx._private_comm.Bcast(packet, root=root)
         raise
-    return payload, packet, header
+    return payload, packet, inline
 
 
 def _packet_of(ctx):
-    """The context's reusable header packet (bytes) and its header words."""
+    """The context's reusable packet: a header and, for small arrays, their bytes."""
     packet = ctx._packet
     if packet is None:
         packet = ctx._packet = np.zeros(_PACKET_BYTES, dtype=np.uint8)
-    return packet, packet[:_HEADER_BYTES].view(np.int64)
+    return packet
 
 
 def _describe_input(x):
@@ -89,28 +124,17 @@ def _describe_input(x):
 def _broadcast_root(x, root, ctx):
     if ctx.check:  # before the root validates: its error path must meet the same calls
         agree(ctx, "broadcast", _describe_input(x), f"root={root}")
-    payload, packet, header = _root_payload(x, ctx, "broadcast", root)
+    payload, packet, inline = _root_payload(x, ctx, "broadcast", root)
     data = payload.data
     start = ctx._begin("broadcast")
     if ctx.size > 1:
-        inline = data.nbytes <= _INLINE_BYTES
-        header[4] = inline
         if inline:
-            packet[_HEADER_BYTES:_HEADER_BYTES + data.nbytes] = _host_bytes(payload)
+            packet[_HEADER_BYTES:_HEADER_BYTES + data.nbytes] = data.reshape(-1).view(np.uint8)
         ctx._private_comm.Bcast(packet, root=root)
         if not inline:
             ctx.comm.Bcast(mpi_buffer(data), root=root)
     ctx._end("broadcast", start, data.nbytes, 0)
     return x
-
-
-def _host_bytes(payload):
-    data = payload.data
-    if payload.kind == DEVICE_DIRECT:
-        host = np.empty(data.shape, dtype=data.dtype)
-        payload.backend.to_host(data, host)
-        data = host
-    return data.reshape(-1).view(np.uint8)
 
 
 def _raise_root_failure(status, root, name):
@@ -157,12 +181,21 @@ def _hand_back(buffer, target, kind, scalar_type, ctx):
 
 
 def _broadcast_receive(x, root, ctx):
-    packet, header = _packet_of(ctx)
+    packet = _packet_of(ctx)
     if ctx.check:
         agree(ctx, "broadcast", None if x is None else describe(x), f"root={root}")
     start = ctx._begin("broadcast")
     ctx._private_comm.Bcast(packet, root=root)
-    status, shape, dtype, kind, scalar_type, inline = unpack_header(header)
+    status, shape, dtype, kind, scalar_type, inline = unpack_header(packet)
+    if (type(x) is np.ndarray and status == OK and x.shape == shape and x.dtype == dtype
+            and x.flags.c_contiguous):
+        # the common case, kept short: the data broadcast follows the header at once
+        if inline:
+            x.reshape(-1).view(np.uint8)[...] = packet[_HEADER_BYTES:_HEADER_BYTES + x.nbytes]
+        else:
+            ctx.comm.Bcast(mpi_buffer(x), root=root)
+        ctx._end("broadcast", start, 0, x.nbytes)
+        return x
     if status != OK:
         ctx._end("broadcast", start, 0, 0)
         _raise_root_failure(status, root, "broadcast")

@@ -10,9 +10,9 @@ import math
 import numpy as np
 from mpi4py import MPI
 
-from .buffers import describe, mpi_buffer, wrap, PY_SCALAR
+from .buffers import PY_SCALAR, mpi_buffer, wrap
 from .context import resolve
-from .headers import HEADER_WORDS, OK, SCALAR_TYPES, pack_header, unpack_header
+from .headers import HEADER_BYTES, OK, SCALAR_TYPES, pack_header, unpack_header
 from .movement import _hand_back, _receive_buffer
 from .requests import Request
 
@@ -20,7 +20,7 @@ __all__ = ["send", "recv", "isend", "irecv", "ANY_SOURCE", "ANY_TAG"]
 
 ANY_SOURCE = MPI.ANY_SOURCE
 ANY_TAG = MPI.ANY_TAG
-_HEADER_BYTES = HEADER_WORDS * 8
+_HEADER_BYTES = HEADER_BYTES
 _INLINE_BYTES = 64 * 1024
 
 
@@ -44,7 +44,7 @@ def _outgoing(x, ctx, name):
     inline = payload.on_host and data.nbytes <= _INLINE_BYTES
     first = np.zeros(_HEADER_BYTES + (data.nbytes if inline else 0), dtype=np.uint8)
     scalar_code = SCALAR_TYPES.index(payload.scalar_type) if payload.kind == PY_SCALAR else -1
-    pack_header(first[:_HEADER_BYTES].view(np.int64), OK, data, payload.kind, scalar_code, inline)
+    pack_header(first, OK, data, payload.kind, scalar_code, inline)
     if inline:
         first[_HEADER_BYTES:] = data.reshape(-1).view(np.uint8)
         return first, None, data.nbytes
@@ -92,7 +92,7 @@ def _receive(message, status, out, ctx, name):
     first = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
     message.Recv(first)
     source, tag = status.Get_source(), status.Get_tag()
-    _, shape, dtype, kind, scalar_type, inline = unpack_header(first[:_HEADER_BYTES].view(np.int64))
+    _, shape, dtype, kind, scalar_type, inline = unpack_header(first)
     nbytes = math.prod(shape) * dtype.itemsize
     try:
         buffer, target = _receive_buffer(out, shape, dtype, ctx, name, source)

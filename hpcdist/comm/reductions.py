@@ -59,11 +59,23 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx=None):
     """
     if ctx is None:
         ctx = resolve(ctx)
-    if (type(x) is np.ndarray and algorithm == "auto" and not ctx.check
-            and x.flags.c_contiguous):
+    if type(x) is np.ndarray and algorithm == "auto":
+        # fast path: a combination the general path below has already validated
         fast = _FAST_PATHS.get((op, x.dtype))
-        if fast is not None and (out is None or _fits(out, x)):
-            return _fast_allreduce(x, out, ctx, *fast)
+        if (fast is not None and x.flags.c_contiguous and not ctx.check
+                and (out is None or _fits(out, x))):
+            datatype, mpi_operation, mean = fast
+            result = np.empty_like(x) if out is None else out
+            start = ctx._begin("allreduce")
+            if ctx.size > 1:
+                ctx.comm.Allreduce(MPI.IN_PLACE if result is x else (x, datatype),
+                                   (result, datatype), mpi_operation)
+                if mean:
+                    np.true_divide(result, ctx.size, out=result)
+            elif result is not x:
+                result[...] = x
+            ctx._end("allreduce", start, x.nbytes, x.nbytes)
+            return result
     op = parse_op(op)
     if algorithm not in _ALGORITHM_NAMES:
         raise ValueError(f"allreduce: algorithm={algorithm!r} is unknown; use one of "
@@ -92,31 +104,14 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx=None):
     return payload.deliver(result, out)
 
 
-# (op name, dtype) -> (MPI datatype, MPI op, divide by size): filled by the general
-# path, so the fast path only ever repeats a combination already validated there
+# (op name, dtype) -> (MPI datatype, MPI op, divide by size) for host arrays: filled by
+# the general path, so the fast path only ever repeats a combination validated there
 _FAST_PATHS = {}
 
 
 def _fits(out, x):
     return (type(out) is np.ndarray and out.flags.c_contiguous and out.shape == x.shape
             and out.dtype == x.dtype)
-
-
-def _fast_allreduce(x, out, ctx, datatype, mpi_operation, mean):
-    """The general path's work for a contiguous NumPy array, without its dispatch."""
-    result = np.empty_like(x) if out is None else out
-    start = ctx._begin("allreduce")
-    size = ctx.size
-    if size == 1:
-        if result is not x:
-            result[...] = x
-    else:
-        ctx.comm.Allreduce(MPI.IN_PLACE if result is x else (x, datatype), (result, datatype),
-                           mpi_operation)
-        if mean:
-            np.true_divide(result, size, out=result)
-    ctx._end("allreduce", start, x.nbytes, x.nbytes)
-    return result
 
 
 def _explicit_allreduce(ctx, payload, data, result, op, algorithm):

@@ -52,6 +52,14 @@ def test_mismatch_shape_2d(ctx, check_mode):
 
 
 @pytest.mark.mpi(min_size=2)
+def test_mismatch_broadcast_shape_known(ctx, check_mode):
+    n = 8 if ctx.rank == 0 else 9
+    _mismatch(hpcdist.broadcast, np.zeros(n), root=0, shape_known=True,
+              match=["broadcast", r"float64\[8\]", r"float64\[9\]"])
+    _still_in_step(ctx)
+
+
+@pytest.mark.mpi(min_size=2)
 def test_mismatch_dtype(ctx, check_mode):
     dtype = np.float32 if ctx.rank == 0 else np.float64
     _mismatch(hpcdist.allreduce, np.zeros(16, dtype), "sum",

@@ -34,6 +34,36 @@ def test_broadcast_into_buffer(ctx, root, dtype, shape):
         check_array(out, data, dtype=dtype, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("root", ["first", "last"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("shape", [(17,), (300, 5), (0,)])
+def test_broadcast_shape_known_is_one_broadcast(ctx, root, dtype, shape):
+    root = _root(root, ctx.size)
+    data = make_input(root, shape, dtype, seed=57)
+    x = data.copy() if ctx.rank == root else np.zeros(shape, dtype=dtype)
+    out = hpcdist.broadcast(x, root=root, shape_known=True)
+    with all_ranks(f"broadcast(shape_known) root={root}"):
+        assert out is x
+        check_array(out, data, dtype=dtype, rtol=0, atol=0)
+
+
+def test_broadcast_shape_known_non_contiguous_receiver(ctx):
+    data = np.arange(12, dtype=np.int64).reshape(3, 4)
+    host = np.zeros((4, 3), dtype=np.int64)
+    x = data.copy() if ctx.rank == 0 else host.T
+    out = hpcdist.broadcast(x, root=0, shape_known=True)
+    with all_ranks():
+        assert out is x
+        check_array(out, data)
+
+
+def test_broadcast_shape_known_rejects_none(ctx):
+    x = np.zeros(3)  # every rank passes None: a clear error everywhere, no hang
+    expect_error(TypeError, hpcdist.broadcast, None, root=0, shape_known=True,
+                 match="shape_known=True")
+    hpcdist.broadcast(x, root=0, shape_known=True)
+
+
 @pytest.mark.parametrize("root", ["first", "last", "middle"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
 def test_broadcast_none_on_non_root(ctx, root, dtype):

@@ -10,12 +10,13 @@ import numbers
 import numpy as np
 
 from .devices import backend_of
-from .dtypes import check_dtype, is_sixteen_bit_float, mpi_datatype
+from .dtypes import PREDEFINED_DATATYPES, check_dtype, mpi_datatype
 
 __all__ = ["Payload", "wrap", "output_for", "mpi_buffer", "describe"]
 
 HOST, PY_SCALAR, NP_SCALAR, DEVICE_DIRECT, DEVICE_STAGED = range(5)
-_DIRECT_TYPES = {}  # dtype -> MPI datatype for dtypes the buffer protocol describes
+# dtype -> MPI datatype for the dtypes Python's buffer protocol describes
+_DIRECT_TYPES = dict(PREDEFINED_DATATYPES)
 
 
 class Payload:
@@ -183,11 +184,7 @@ def mpi_buffer(array):
     datatype = _DIRECT_TYPES.get(dtype)
     if datatype is not None:
         return (array, datatype)
-    datatype = mpi_datatype(dtype)
-    if is_sixteen_bit_float(dtype):
-        return (array.view("uint16"), datatype)
-    _DIRECT_TYPES[dtype] = datatype
-    return (array, datatype)
+    return (array.view("uint16"), mpi_datatype(dtype))  # check_dtype has passed: a 16-bit float
 
 
 def describe(array):

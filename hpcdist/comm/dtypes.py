@@ -26,14 +26,15 @@ _SUPPORTED = [np.dtype(t) for t in (
     np.uint64, np.float16, np.float32, np.float64, np.longdouble, np.complex64,
     np.complex128, np.clongdouble)] + ([np.dtype(bfloat16)] if bfloat16 is not None else [])
 _CODES = {dt: i for i, dt in enumerate(_SUPPORTED)}
-# the predefined MPI type of every dtype MPI knows; 16-bit floats get private types
-_DATATYPES = {np.dtype(numpy_type): mpi_type for numpy_type, mpi_type in (
+#: the predefined MPI type of every dtype MPI knows (16-bit floats get private types)
+PREDEFINED_DATATYPES = {np.dtype(numpy_type): mpi_type for numpy_type, mpi_type in (
     (np.bool_, MPI.C_BOOL), (np.int8, MPI.INT8_T), (np.int16, MPI.INT16_T),
     (np.int32, MPI.INT32_T), (np.int64, MPI.INT64_T), (np.uint8, MPI.UINT8_T),
     (np.uint16, MPI.UINT16_T), (np.uint32, MPI.UINT32_T), (np.uint64, MPI.UINT64_T),
     (np.float32, MPI.FLOAT), (np.float64, MPI.DOUBLE), (np.longdouble, MPI.LONG_DOUBLE),
     (np.complex64, MPI.C_FLOAT_COMPLEX), (np.complex128, MPI.C_DOUBLE_COMPLEX),
     (np.clongdouble, MPI.C_LONG_DOUBLE_COMPLEX))}
+_DATATYPES = dict(PREDEFINED_DATATYPES)
 
 
 def check_dtype(dtype):

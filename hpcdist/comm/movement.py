@@ -3,8 +3,8 @@
 import math
 import numpy as np
 
-from .buffers import (DEVICE_DIRECT, DEVICE_STAGED, HOST, NP_SCALAR, PY_SCALAR, describe,
-                      mpi_buffer, wrap)
+from .buffers import (_DIRECT_TYPES, DEVICE_DIRECT, DEVICE_STAGED, HOST, NP_SCALAR, PY_SCALAR,
+                      describe, mpi_buffer, wrap)
 from .checks import agree, format_ranks
 from .context import resolve
 from .devices import backend_of
@@ -332,6 +332,20 @@ def allgather(x, axis=0, *, counts=None, ctx=None):
         The concatenation in rank order.
     """
     ctx = resolve(ctx)
+    if (type(x) is np.ndarray and axis == 0 and type(counts) is list and x.ndim
+            and not ctx.check and x.flags.c_contiguous and len(counts) == ctx.size
+            and counts[ctx.rank] == x.shape[0] and counts.count(x.shape[0]) == ctx.size
+            and x.dtype in _DIRECT_TYPES):
+        # fast path: equal, known sizes of a plain array, as in data-parallel training
+        datatype = _DIRECT_TYPES[x.dtype]
+        result = np.empty((x.shape[0] * ctx.size,) + x.shape[1:], dtype=x.dtype)
+        start = ctx._begin("allgather")
+        if ctx.size > 1:
+            ctx.comm.Allgather((x, datatype), (result, datatype))
+        else:
+            result[...] = x
+        ctx._end("allgather", start, x.nbytes, result.nbytes)
+        return result
     payload = wrap(x, ctx, "allgather")
     data, axis = _rows_first(payload, axis, "allgather")
     if counts is not None:

@@ -81,6 +81,7 @@ class Context:
         # hpcdist's own traffic (check agreement, headers, explicit algorithms)
         self._private_comm = comm.Dup() if self.size > 1 else comm
         self._packet = None  # reusable buffer for header messages (see movement.py)
+        self._packet_view = None
         self._stats = {}
         self._calls = 0
         self._inflight_name = None

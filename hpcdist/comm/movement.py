@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from .buffers import (_DIRECT_TYPES, DEVICE_DIRECT, DEVICE_STAGED, HOST, NP_SCALAR, PY_SCALAR,
-                      describe, mpi_buffer, wrap)
+                      Payload, describe, mpi_buffer, wrap)
 from .checks import agree, format_ranks
 from .context import resolve
 from .devices import backend_of
@@ -90,6 +90,10 @@ def _root_payload(x, ctx, name, root):
     (they raise too), then raises.
     """
     packet = _packet_of(ctx)
+    if type(x) is np.ndarray and x.flags.c_contiguous and x.dtype in _DIRECT_TYPES:
+        inline = x.nbytes <= _INLINE_BYTES  # a plain array: no wrapping needed
+        pack_header(packet, OK, x, HOST, -1, inline)
+        return Payload(x, HOST), packet, inline
     try:
         if x is None:
             raise ValueError(f"{name}: the root (rank {root}) passed None; the root must pass "
@@ -111,6 +115,7 @@ def _packet_of(ctx):
     packet = ctx._packet
     if packet is None:
         packet = ctx._packet = np.zeros(_PACKET_BYTES, dtype=np.uint8)
+        ctx._packet_view = memoryview(packet)
     return packet
 
 
@@ -128,8 +133,8 @@ def _broadcast_root(x, root, ctx):
     data = payload.data
     start = ctx._begin("broadcast")
     if ctx.size > 1:
-        if inline:
-            packet[_HEADER_BYTES:_HEADER_BYTES + data.nbytes] = data.reshape(-1).view(np.uint8)
+        if inline:  # (tobytes and a memoryview copy are the cheapest way for a few bytes)
+            ctx._packet_view[_HEADER_BYTES:_HEADER_BYTES + data.nbytes] = data.tobytes()
         ctx._private_comm.Bcast(packet, root=root)
         if not inline:
             ctx.comm.Bcast(mpi_buffer(data), root=root)

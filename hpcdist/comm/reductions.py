@@ -19,6 +19,8 @@ _ALGORITHM_NAMES = ("auto",) + tuple(ALGORITHMS)
 
 def check_root(root, ctx, name):
     """Return ``root`` as an int, or raise ``ValueError`` when it is not a rank."""
+    if type(root) is int and 0 <= root < ctx.size:
+        return root
     if isinstance(root, (int, np.integer)) and 0 <= root < ctx.size:
         return int(root)
     raise ValueError(f"{name}: root={root!r} is not a rank of this context; "

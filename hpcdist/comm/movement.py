@@ -196,7 +196,10 @@ def _broadcast_receive(x, root, ctx):
             and x.flags.c_contiguous):
         # the common case, kept short: the data broadcast follows the header at once
         if inline:
-            x.reshape(-1).view(np.uint8)[...] = packet[_HEADER_BYTES:_HEADER_BYTES + x.nbytes]
+            if x.nbytes and x.dtype in _DIRECT_TYPES:
+                memoryview(x).cast("B")[:] = ctx._packet_view[_HEADER_BYTES:_HEADER_BYTES + x.nbytes]
+            elif x.nbytes:  # bfloat16 has no buffer-protocol format: copy through NumPy
+                x.reshape(-1).view(np.uint8)[...] = packet[_HEADER_BYTES:_HEADER_BYTES + x.nbytes]
         else:
             ctx.comm.Bcast(mpi_buffer(x), root=root)
         ctx._end("broadcast", start, 0, x.nbytes)

@@ -68,7 +68,6 @@ import functools
 import json
 import math
 import os
-import platform
 import re
 import socket
 import sys
@@ -79,14 +78,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .common import KIB, MIB, format_size, load_average, machine_info
+
 __all__ = ["main", "OPERATIONS"]
 
 OPERATIONS = ("allreduce", "allreduce_out", "broadcast", "broadcast_known", "allgather",
               "allgather_uneven")
 IMPLEMENTATIONS = ("hpcdist", "mpi4py", "gloo")
 
-KIB = 1024
-MIB = 1024 * KIB
 DEFAULT_SIZES = (8,) + tuple(4**k for k in range(3, 14))  # 8 B, 64 B, 256 B, ..., 64 MiB
 QUICK_SIZES = (8, KIB, 64 * KIB, MIB)
 DEFAULT_REPETITIONS = 15  # below BIG_MESSAGE; a third of it from there up
@@ -104,8 +103,6 @@ TARGET_GLOO = 1.0  # hpcdist/gloo must stay below this at every size
 
 DTYPE = np.float32
 ITEMSIZE = np.dtype(DTYPE).itemsize
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                    "NUMBA_NUM_THREADS")
 
 #: what each implementation calls, per operation (printed and stored in the JSON)
 CALLS = {
@@ -218,7 +215,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--repetitions", type=int,
         help=f"timed repetitions per size (default {DEFAULT_REPETITIONS}, "
-             f"{DEFAULT_REPETITIONS // 3} from {_format_size(BIG_MESSAGE)} up)")
+             f"{DEFAULT_REPETITIONS // 3} from {format_size(BIG_MESSAGE)} up)")
     parser.add_argument(
         "--batch-ms", type=float,
         help=f"target duration of one timed batch (default {DEFAULT_BATCH_MS:g} ms)")
@@ -532,13 +529,6 @@ def _run_case(b: Backends, operation: str, size: int, args: argparse.Namespace) 
 
 # -- report ---------------------------------------------------------------------------------
 
-def _format_size(size: int) -> str:
-    for unit, scale in (("MiB", MIB), ("KiB", KIB)):
-        if size >= scale and size % scale == 0:
-            return f"{size // scale} {unit}"
-    return f"{size} B"
-
-
 def _target(size: int) -> float:
     return TARGET_LARGE if size >= LARGE_MESSAGE else TARGET_SMALL
 
@@ -561,7 +551,7 @@ def _row(record: dict) -> str:
     """One table line: size, hpcdist, mpi4py and ratio, gloo and ratio; '!' = missed."""
     med, ratio, size = record["median_us"], record["ratio"], record["size_bytes"]
     vs_mpi, vs_gloo = ratio["hpcdist/mpi4py"], ratio.get("hpcdist/gloo")
-    text = (f"{_format_size(size):>8} {med['hpcdist']:12.2f} "
+    text = (f"{format_size(size):>8} {med['hpcdist']:12.2f} "
             + _cell(med["mpi4py"], vs_mpi, vs_mpi > _target(size)) + " "
             + _cell(med.get("gloo"), vs_gloo, vs_gloo is not None and vs_gloo >= TARGET_GLOO))
     wrong = [name for name, ok in record["verified"].items() if not ok]
@@ -596,7 +586,7 @@ def _summarize(operations: dict) -> dict:
 
 
 def _summary_text(summary: dict) -> str:
-    large = _format_size(LARGE_MESSAGE)
+    large = format_size(LARGE_MESSAGE)
     lines = [f"\nSummary: worst ratio per operation against the targets (hpcdist/mpi4py <= "
              f"{TARGET_SMALL} below {large}, <= {TARGET_LARGE} from {large} up; "
              f"hpcdist/gloo < {TARGET_GLOO:g} at every size)",
@@ -604,7 +594,7 @@ def _summary_text(summary: dict) -> str:
              f"{'all sizes vs gloo':>26}"]
     for operation, bands in summary.items():
         cells = ["n/a" if c["worst"] is None else
-                 f"{c['worst']:.3f} @ {_format_size(c['at_size_bytes'])} {c['status']}"
+                 f"{c['worst']:.3f} @ {format_size(c['at_size_bytes'])} {c['status']}"
                  for c in bands.values()]
         lines.append(f"{operation:<18} " + " ".join(f"{c:>26}" for c in cells))
     misses = sum(c["status"] == "MISS" for bands in summary.values() for c in bands.values())
@@ -613,50 +603,9 @@ def _summary_text(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def _version(module_name: str) -> str | None:
-    try:
-        module = __import__(module_name)
-    except ImportError:
-        return None
-    version = getattr(module, "__version__", None)
-    return None if version is None else str(version)
-
-
-def _load_average() -> list[float] | None:
-    """1, 5 and 15 minute load averages (other work makes the timings noisy)."""
-    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
-
-
-def _library_name(MPI) -> str:
-    return " ".join(MPI.Get_library_version().splitlines()[0].split())
-
-
 def _machine_info(b: Backends, load_before: list[float] | None) -> dict:
-    from mpi4py import MPI
-
-    hosts = b.ctrl.allgather(socket.gethostname())
-    affinity = getattr(os, "sched_getaffinity", None)
-    return {
-        "hostname": hosts[0],
-        "nodes": len(set(hosts)),
-        "ranks": b.size,
-        "cpu_count": os.cpu_count(),
-        "cpus_available": len(affinity(0)) if affinity else None,
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "mpi_library": _library_name(MPI),
-        "mpi_library_version": MPI.Get_library_version().strip(),
-        "mpi_standard": "%d.%d" % MPI.Get_version(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "mpi4py": _version("mpi4py"),
-        "hpcdist": _version("hpcdist"),
-        "torch": None if b.torch is None else str(b.torch.__version__),
-        "thread_env": {name: os.environ.get(name) for name in THREAD_VARIABLES},
-        "load_average_before": load_before,
-        "load_average_after": _load_average(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
+    return machine_info(b.ctrl, torch=None if b.torch is None else str(b.torch.__version__),
+                        load_average_before=load_before, load_average_after=load_average())
 
 
 def _settings(args: argparse.Namespace) -> dict:
@@ -681,7 +630,7 @@ def _size_axis(ax, sizes: list[int]) -> None:
     """Log x axis labelled 8 B, 1 KiB, 1 MiB, ..."""
     ax.set_xscale("log", base=2)
     ticks = sizes[::-2][::-1] if len(sizes) > 6 else sizes  # every other one, the largest kept
-    ax.set_xticks(ticks, [_format_size(s) for s in ticks], fontsize="small")
+    ax.set_xticks(ticks, [format_size(s) for s in ticks], fontsize="small")
     ax.minorticks_off()
     ax.grid(True, alpha=0.3)
 
@@ -807,10 +756,11 @@ def main(argv: list[str] | None = None) -> int:
     comm, ctrl = MPI.COMM_WORLD.Dup(), MPI.COMM_WORLD.Dup()
     torch, dist = _init_gloo(ctrl, enabled=not args.no_gloo)
     b = Backends(hp=hp, comm=comm, ctrl=ctrl, torch=torch, dist=dist)
-    load_before = _load_average()
+    load_before = load_average()
     try:
         if b.rank == 0:
-            print(f"hpcdist collectives benchmark: {b.size} ranks, {_library_name(MPI)}, "
+            library = " ".join(MPI.Get_library_version().splitlines()[0].split())
+            print(f"hpcdist collectives benchmark: {b.size} ranks, {library}, "
                   f"gloo {'on' if dist else 'off'}, {os.cpu_count()} cores, load average "
                   f"{load_before}\ntimes: median per call in microseconds; '!' marks a missed "
                   f"target", flush=True)

@@ -10,7 +10,8 @@ from .._version import __version__
 __all__ = ["main", "build_parser"]
 
 #: benchmark name -> module with a ``main(argv)``
-BENCHMARKS = {"collectives": "hpcdist.bench.collectives"}
+BENCHMARKS = {"collectives": "hpcdist.bench.collectives",
+              "compression": "hpcdist.bench.compression"}
 
 
 def build_parser():

@@ -1,0 +1,75 @@
+"""Validation and array-type dispatch shared by the public kernel functions."""
+import operator
+
+import numpy as np
+
+__all__ = ["is_cupy", "flat_float", "flat_out", "check_int", "check_dtype",
+           "n_chunks", "FLOAT_DTYPES"]
+
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def is_cupy(x):
+    """Whether ``x`` is a CuPy array (checked without importing CuPy)."""
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
+def _describe(x):
+    return f"{type(x).__name__} of dtype {getattr(x, 'dtype', '?')}"
+
+
+def flat_float(x, name="x"):
+    """Return a 1-D contiguous view of a float32/float64 array ``x``.
+
+    Any shape is accepted; a non-contiguous array is copied once.
+    """
+    if not hasattr(x, "dtype") or not hasattr(x, "reshape"):
+        raise TypeError(f"{name} should be a NumPy or CuPy array, got {type(x).__name__}; "
+                        f"convert it with numpy.asarray")
+    if np.dtype(x.dtype) not in FLOAT_DTYPES:
+        raise TypeError(f"{name} has dtype {x.dtype}; it should be float32 or float64 "
+                        f"(convert with {name}.astype(numpy.float32))")
+    if is_cupy(x):
+        import cupy
+        return cupy.ascontiguousarray(x).reshape(-1)
+    return np.ascontiguousarray(x).reshape(-1)
+
+
+def flat_out(out, name="out"):
+    """Return a writable 1-D view of a contiguous float array updated in place."""
+    if not hasattr(out, "dtype") or np.dtype(out.dtype) not in FLOAT_DTYPES:
+        raise TypeError(f"{name} should be a float32 or float64 array, got {_describe(out)}")
+    if not out.flags.c_contiguous:
+        raise ValueError(f"{name} is updated in place and must be C-contiguous; "
+                         f"pass numpy.ascontiguousarray({name}) and use the result")
+    if not is_cupy(out) and not out.flags.writeable:
+        raise ValueError(f"{name} is read-only; pass a writable array")
+    return out.reshape(-1)
+
+
+def check_int(value, name, low, high=None):
+    """``value`` as an int within ``[low, high]`` or a clear error."""
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}={value!r} should be an integer") from None
+    if value < low or (high is not None and value > high):
+        span = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name}={value} should be {span}")
+    return value
+
+
+def check_dtype(dtype, name="dtype"):
+    """``dtype`` as float32/float64 NumPy dtype or a clear error."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{name}={dtype!r} is not a dtype; use numpy.float32 or numpy.float64") from None
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}={dtype} should be float32 or float64")
+    return dtype
+
+
+def n_chunks(n, chunk_size):
+    """``ceil(n / chunk_size)``."""
+    return -(-n // chunk_size)

@@ -1,0 +1,134 @@
+"""1-bit sign compression: 8 signs per byte plus one mean-magnitude scale per chunk."""
+import numpy as np
+
+from ._arrays import check_dtype, check_int, flat_float, is_cupy, n_chunks
+from ._numba import JIT, JIT_PARALLEL, njit, prange
+
+__all__ = ["sign_pack", "sign_unpack"]
+
+_BYTES_PER_BLOCK = 1 << 13
+
+
+@njit(**JIT)
+def _pack_range(x, packed):
+    """Pack ``x`` (8 * packed.size elements, the last byte possibly partial)."""
+    nfull = x.size // 8
+    for j in range(nfull):
+        byte = 0
+        for b in range(8):
+            byte |= np.uint8(x[8 * j + b] >= 0) << b
+        packed[j] = byte
+    if nfull < packed.size:
+        byte = 0
+        for b in range(x.size - 8 * nfull):
+            byte |= np.uint8(x[8 * nfull + b] >= 0) << b
+        packed[nfull] = byte
+
+
+@njit(**JIT)
+def _mean_abs(x):
+    s = 0.0
+    for i in range(x.size):
+        s += abs(np.float64(x[i]))
+    return s / x.size
+
+
+@njit(**JIT_PARALLEL)
+def _sign_pack_kernel(x, chunk_size, packed, scales):
+    n = x.size
+    nblocks = (packed.size + _BYTES_PER_BLOCK - 1) // _BYTES_PER_BLOCK
+    for blk in prange(nblocks):
+        jlo = blk * _BYTES_PER_BLOCK
+        jhi = min(packed.size, jlo + _BYTES_PER_BLOCK)
+        _pack_range(x[8 * jlo:min(n, 8 * jhi)], packed[jlo:jhi])
+    for c in prange(scales.size):
+        scales[c] = np.float32(_mean_abs(x[c * chunk_size:min(n, (c + 1) * chunk_size)]))
+
+
+@njit(**JIT)
+def _unpack_range(packed, lo, scale, out):
+    s = out.dtype.type(scale)
+    base = np.uint64(lo)
+    for i in range(out.size):
+        k = base + np.uint64(i)          # unsigned: no negative-index wraparound
+        bit = (packed[k >> np.uint64(3)] >> (k & np.uint64(7))) & np.uint64(1)
+        out[i] = s * (np.float32(2 * np.int64(bit)) - np.float32(1))   # branchless
+
+
+@njit(**JIT_PARALLEL)
+def _sign_unpack_kernel(packed, scales, chunk_size, out):
+    n = out.size
+    for c in prange(scales.size):
+        lo = c * chunk_size
+        _unpack_range(packed, lo, scales[c], out[lo:min(n, lo + chunk_size)])
+
+
+def sign_pack(x, chunk_size):
+    """Pack the signs of ``x`` into bits, with the mean ``|x|`` of each chunk as scale.
+
+    Bit ``b`` of byte ``j`` holds element ``8*j + b`` (little-endian bit order,
+    as ``np.packbits(..., bitorder="little")``) and is 1 where ``x >= 0``
+    (so -0.0 counts as positive and NaN as negative). The payload is exactly
+    ``ceil(n/8) + 4*ceil(n/chunk_size)`` bytes.
+
+    Parameters
+    ----------
+    x : ndarray of shape (...) of float32 or float64
+        Any shape, taken as a flat C-order view of n elements.
+    chunk_size : int
+        Elements per scale, ``>= 1``.
+
+    Returns
+    -------
+    packed : ndarray of shape (ceil(n / 8),) of uint8
+    scales : ndarray of shape (ceil(n / chunk_size),) of float32
+        ``mean(|x|)`` over each chunk (the last one possibly shorter).
+    """
+    flat = flat_float(x)
+    chunk_size = check_int(chunk_size, "chunk_size", 1)
+    if is_cupy(flat):
+        from ._cupy import sign_pack as cupy_sign_pack
+        return cupy_sign_pack(flat, chunk_size)
+    packed = np.empty(n_chunks(flat.size, 8), np.uint8)
+    scales = np.empty(n_chunks(flat.size, chunk_size), np.float32)
+    if flat.size:
+        _sign_pack_kernel(flat, chunk_size, packed, scales)
+    return packed, scales
+
+
+def sign_unpack(packed, scales, n, chunk_size, dtype=np.float32):
+    """Inverse of :func:`sign_pack`: ``+scale`` where the bit is set, ``-scale`` elsewhere.
+
+    Parameters
+    ----------
+    packed : ndarray of shape (ceil(n / 8),) of uint8
+    scales : ndarray of shape (ceil(n / chunk_size),) of float32
+    n : int
+        Number of elements.
+    chunk_size : int
+    dtype : float32 or float64
+
+    Returns
+    -------
+    x : ndarray of shape (n,) of dtype
+    """
+    n = check_int(n, "n", 0)
+    chunk_size = check_int(chunk_size, "chunk_size", 1)
+    dtype = check_dtype(dtype)
+    if not hasattr(packed, "dtype") or packed.dtype != np.uint8:
+        raise TypeError(f"packed should be a uint8 array from sign_pack, got "
+                        f"{getattr(packed, 'dtype', type(packed).__name__)}")
+    packed = packed.reshape(-1)
+    if packed.size != n_chunks(n, 8):
+        raise ValueError(f"packed has {packed.size} bytes; n={n} needs {n_chunks(n, 8)}")
+    if scales.size != n_chunks(n, chunk_size):
+        raise ValueError(f"scales has {scales.size} entries; n={n} with chunk_size={chunk_size} "
+                         f"needs {n_chunks(n, chunk_size)}")
+    if is_cupy(packed):
+        from ._cupy import sign_unpack as cupy_sign_unpack
+        return cupy_sign_unpack(packed, scales, n, chunk_size, dtype)
+    out = np.empty(n, dtype)
+    if n:
+        _sign_unpack_kernel(np.ascontiguousarray(packed),
+                            np.ascontiguousarray(scales, np.float32), chunk_size, out)
+    return out

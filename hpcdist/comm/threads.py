@@ -19,12 +19,20 @@ def available_cores():
         return os.cpu_count() or 1
 
 
+def _user_threads():
+    """The per-rank thread count the user chose through ``OMP_NUM_THREADS``, if any."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def limit_threads_per_rank(local_size, cores=None):
     """Cap BLAS, OpenMP and Numba threads so the node's ranks share its cores.
 
     Each rank gets ``cores // local_size`` threads, and no more than the
-    cores it is bound to. Does nothing when the user set any of
-    :data:`THREAD_VARIABLES`, or when the cap would not lower anything.
+    cores it is bound to; a user's ``OMP_NUM_THREADS`` replaces that count.
+    A library whose own variable the user set (``OPENBLAS_NUM_THREADS``,
+    ``NUMBA_NUM_THREADS``, ...) is left alone, so setting only
+    ``OMP_NUM_THREADS=1`` still keeps Numba from starting a thread per core.
 
     Parameters
     ----------
@@ -36,20 +44,23 @@ def limit_threads_per_rank(local_size, cores=None):
     Returns
     -------
     int or None
-        The thread count set, or None when nothing was changed.
+        The thread count applied, or None when nothing was changed.
     """
-    if any(name in os.environ for name in THREAD_VARIABLES):
-        return None
     cores = (os.cpu_count() or 1) if cores is None else cores
-    threads = max(1, min(cores // max(local_size, 1), available_cores()))
+    threads = _user_threads() or max(1, min(cores // max(local_size, 1), available_cores()))
     if threads >= cores:
         return None
-    from threadpoolctl import threadpool_limits
-    _LIMITER.append(threadpool_limits(limits=threads))
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    if "numba" in sys.modules:
-        import numba
-        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    else:
-        os.environ["NUMBA_NUM_THREADS"] = str(threads)
-    return threads
+    changed = False
+    if not any(name in os.environ for name in THREAD_VARIABLES if name != "NUMBA_NUM_THREADS"):
+        from threadpoolctl import threadpool_limits
+        _LIMITER.append(threadpool_limits(limits=threads))
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        changed = True
+    if "NUMBA_NUM_THREADS" not in os.environ:
+        if "numba" in sys.modules:
+            import numba
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        else:
+            os.environ["NUMBA_NUM_THREADS"] = str(threads)
+        changed = True
+    return threads if changed else None

@@ -28,8 +28,28 @@ def test_limits_threads_to_cores_per_rank(no_thread_settings, monkeypatch):
 
 
 def test_leaves_user_settings_alone(no_thread_settings, monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    for name in threads.THREAD_VARIABLES:
+        monkeypatch.setenv(name, "3")
     assert threads.limit_threads_per_rank(local_size=4, cores=8) is None
+    assert os.environ["NUMBA_NUM_THREADS"] == "3"
+
+
+def test_user_omp_threads_also_cap_numba(no_thread_settings, monkeypatch):
+    """OMP_NUM_THREADS=1 alone must not leave Numba with a thread per core."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(threads, "available_cores", lambda: 8)
+    if "numba" in sys.modules:
+        import numba
+        before = numba.get_num_threads()
+        try:
+            assert threads.limit_threads_per_rank(local_size=2, cores=8) == 1
+            assert numba.get_num_threads() == 1
+        finally:
+            numba.set_num_threads(before)
+    else:
+        assert threads.limit_threads_per_rank(local_size=2, cores=8) == 1
+        assert os.environ["NUMBA_NUM_THREADS"] == "1"
+    assert os.environ["OMP_NUM_THREADS"] == "1"
 
 
 def test_single_rank_per_node_keeps_all_cores(no_thread_settings, monkeypatch):

@@ -73,3 +73,18 @@ def check_dtype(dtype, name="dtype"):
 def n_chunks(n, chunk_size):
     """``ceil(n / chunk_size)``."""
     return -(-n // chunk_size)
+
+
+def flat_payload(array, dtype, name, producer):
+    """``array`` flattened, after checking it is a ``dtype`` payload made by ``producer``."""
+    if not hasattr(array, "dtype") or array.dtype != dtype:
+        raise TypeError(f"{name} should be a {np.dtype(dtype).name} array from {producer}, got "
+                        f"{getattr(array, 'dtype', type(array).__name__)}")
+    return array.reshape(-1)
+
+
+def check_scales(scales, n, chunk_size):
+    """Raise unless ``scales`` has one entry per chunk of ``n`` elements."""
+    if scales.size != n_chunks(n, chunk_size):
+        raise ValueError(f"scales has {scales.size} entries; n={n} with chunk_size={chunk_size} "
+                         f"needs {n_chunks(n, chunk_size)}")

@@ -1,7 +1,8 @@
 """Quantization: QSGD (stochastic, unbiased) and deterministic int8 with per-chunk scales."""
 import numpy as np
 
-from ._arrays import check_dtype, check_int, flat_float, is_cupy, n_chunks
+from ._arrays import (check_dtype, check_int, check_scales, flat_float, flat_payload, is_cupy,
+                      n_chunks)
 from ._numba import JIT, JIT_PARALLEL, njit, num_threads, prange
 
 __all__ = ["qsgd_quantize", "qsgd_dequantize", "int8_quantize", "int8_dequantize"]
@@ -265,13 +266,8 @@ def int8_dequantize(q, scales, chunk_size, dtype=np.float32):
     """
     chunk_size = check_int(chunk_size, "chunk_size", 1)
     dtype = check_dtype(dtype)
-    if not hasattr(q, "dtype") or q.dtype != np.int8:
-        raise TypeError(f"q should be an int8 array from int8_quantize, got "
-                        f"{getattr(q, 'dtype', type(q).__name__)}")
-    q = q.reshape(-1)
-    if scales.size != n_chunks(q.size, chunk_size):
-        raise ValueError(f"scales has {scales.size} entries; q of size {q.size} with "
-                         f"chunk_size={chunk_size} needs {n_chunks(q.size, chunk_size)}")
+    q = flat_payload(q, np.int8, "q", "int8_quantize")
+    check_scales(scales, q.size, chunk_size)
     if is_cupy(q):
         from ._cupy import int8_dequantize as cupy_int8_de
         return cupy_int8_de(q, scales, chunk_size, dtype)

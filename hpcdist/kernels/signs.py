@@ -1,7 +1,8 @@
 """1-bit sign compression: 8 signs per byte plus one mean-magnitude scale per chunk."""
 import numpy as np
 
-from ._arrays import check_dtype, check_int, flat_float, is_cupy, n_chunks
+from ._arrays import (check_dtype, check_int, check_scales, flat_float, flat_payload, is_cupy,
+                      n_chunks)
 from ._numba import JIT, JIT_PARALLEL, njit, prange
 
 __all__ = ["sign_pack", "sign_unpack"]
@@ -115,15 +116,10 @@ def sign_unpack(packed, scales, n, chunk_size, dtype=np.float32):
     n = check_int(n, "n", 0)
     chunk_size = check_int(chunk_size, "chunk_size", 1)
     dtype = check_dtype(dtype)
-    if not hasattr(packed, "dtype") or packed.dtype != np.uint8:
-        raise TypeError(f"packed should be a uint8 array from sign_pack, got "
-                        f"{getattr(packed, 'dtype', type(packed).__name__)}")
-    packed = packed.reshape(-1)
+    packed = flat_payload(packed, np.uint8, "packed", "sign_pack")
     if packed.size != n_chunks(n, 8):
         raise ValueError(f"packed has {packed.size} bytes; n={n} needs {n_chunks(n, 8)}")
-    if scales.size != n_chunks(n, chunk_size):
-        raise ValueError(f"scales has {scales.size} entries; n={n} with chunk_size={chunk_size} "
-                         f"needs {n_chunks(n, chunk_size)}")
+    check_scales(scales, n, chunk_size)
     if is_cupy(packed):
         from ._cupy import sign_unpack as cupy_sign_unpack
         return cupy_sign_unpack(packed, scales, n, chunk_size, dtype)

@@ -7,7 +7,7 @@ from mpi4py import MPI
 
 from .dtypes import is_sixteen_bit_float
 
-__all__ = ["ReduceOp", "parse_op", "mpi_op", "local_reducer"]
+__all__ = ["ReduceOp", "parse_op", "mpi_op", "local_reducer", "check_op_for_dtype"]
 
 
 class ReduceOp(str, enum.Enum):
@@ -56,7 +56,8 @@ def parse_op(op):
                      f"{', '.join(repr(o.value) for o in ReduceOp)} or hpcdist.ReduceOp")
 
 
-def _check_op_for_dtype(op, dtype):
+def check_op_for_dtype(op, dtype):
+    """Raise ``TypeError`` when reduction ``op`` (a :func:`parse_op` name) has no meaning for ``dtype``."""
     kind = dtype.kind
     if op == "mean" and kind in "biu":
         raise TypeError(f"op='mean' is not defined for {dtype} (the mean of integers or "
@@ -81,7 +82,7 @@ def local_reducer(op, dtype):
     numpy.ufunc
         Called as ``ufunc(a, b, out=b)``.
     """
-    _check_op_for_dtype(op, dtype)
+    check_op_for_dtype(op, dtype)
     if dtype.kind == "b":
         return _BOOL_UFUNCS[op]
     return _NUMPY_UFUNCS[op]
@@ -103,7 +104,7 @@ def mpi_op(op, dtype):
     key = (op, dtype)
     mpi_operation = _MPI_OP_CACHE.get(key)
     if mpi_operation is None:
-        _check_op_for_dtype(op, dtype)
+        check_op_for_dtype(op, dtype)
         if dtype.kind == "b":
             mpi_operation = _MPI_BOOL_OPS[op]
         elif is_sixteen_bit_float(dtype):

@@ -119,6 +119,7 @@ def compressed_allreduce(x, compressor, *, name, op="mean", ctx=None):
     collectives).
     """
     from ..comm.context import resolve
+    from ..comm.ops import check_op_for_dtype
 
     ctx = resolve(ctx)
     op = _parse_op(op)
@@ -126,6 +127,7 @@ def compressed_allreduce(x, compressor, *, name, op="mean", ctx=None):
     if collective not in ("allreduce", "allgather"):
         raise ValueError(f"compressed_allreduce: compressor {compressor!r} has collective="
                          f"{collective!r}; expected 'allreduce' or 'allgather'")
+    check_op_for_dtype(op, np.dtype(x.dtype))  # the mean of integers: as hpcdist.allreduce
     payload, meta = compressor.compress(x, name)
     start = ctx._begin("compressed_allreduce")
     if collective == "allreduce":
@@ -135,9 +137,6 @@ def compressed_allreduce(x, compressor, *, name, op="mean", ctx=None):
         payloads, received = _allgather_payloads(payload, ctx)
         result = _sum_decompressed(compressor, payloads, meta)
     if op == "mean" and ctx.size > 1:
-        if np.issubdtype(result.dtype, np.integer):
-            result //= ctx.size
-        else:
-            result /= ctx.size
+        result /= ctx.size
     ctx._end("compressed_allreduce", start, sent, received)
     return result

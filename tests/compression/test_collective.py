@@ -39,10 +39,13 @@ def _gathered(size, shape, dtype, fn=rank_input, seed=0):
 @pytest.mark.parametrize("dtype", FLOATS + [np.int64])
 def test_no_compression_exact(ctx, op, dtype):
     xs = _gathered(ctx.size, (6, 7), dtype, integer_input)
+    if op == "mean" and dtype == np.int64:  # no integer mean, as in hpcdist.allreduce
+        expect_error(TypeError, _run, ctx, xs[ctx.rank], NoCompression(), "w", op,
+                     match="mean")
+        return
     out, sent = _run(ctx, xs[ctx.rank], NoCompression(), "w", op)
     total = sum(xs)
-    expected = total if op == "sum" else (total // ctx.size if dtype == np.int64
-                                          else total / ctx.size)
+    expected = total if op == "sum" else total / ctx.size
     with all_ranks("NoCompression"):
         check_array(out, expected.astype(dtype), rtol=0, atol=0)
         assert sent == xs[0].nbytes

@@ -11,6 +11,15 @@ def _work(flat):
     return flat if flat.dtype in (np.float32, np.float64) else flat.astype(kernel_dtype(flat.dtype))
 
 
+def _world_rank():
+    """This process's rank in MPI.COMM_WORLD, without starting MPI just for this."""
+    import sys
+    if "mpi4py.MPI" not in sys.modules:
+        return 0
+    from mpi4py import MPI
+    return MPI.COMM_WORLD.Get_rank() if MPI.Is_initialized() else 0
+
+
 class QSGDCompressor(Compressor):
     """QSGD: ``x ~ norm * sign(x) * l / levels`` with ``l`` rounded stochastically.
 
@@ -23,22 +32,23 @@ class QSGDCompressor(Compressor):
     ----------
     levels : int >= 1, default=256
         Number of quantization levels ``s``.
-    seed : int, default=0
+    seed : int, optional
         Call number ``t`` for tensor ``name`` rounds with
-        ``call_seed(seed, name, t)``. Give every rank its own seed (e.g.
-        ``seed=ctx.rank``) so that the rounding noise of the ranks is
-        independent and averages out.
+        ``call_seed(seed, name, t)``. Every rank needs its own seed so that
+        the ranks' rounding noise is independent and averages out; the
+        default is this process's rank in ``MPI.COMM_WORLD`` (0 when MPI is
+        not running).
     """
 
     collective = "allgather"
 
-    def __init__(self, levels=256, *, seed=0):
+    def __init__(self, levels=256, *, seed=None):
         super().__init__()
         self.levels = validate_positive_int(levels, "levels", "QSGDCompressor")
         if self.levels > 32767:
             raise ValueError(f"QSGDCompressor: levels={levels!r} should be <= 32767 "
                              f"(levels are sent as int16)")
-        self.seed = int(seed)
+        self.seed = _world_rank() if seed is None else int(seed)
         self._steps = {}
 
     def __repr__(self):

@@ -11,6 +11,7 @@ import numpy as np
 
 from .devices import backend_of
 from .dtypes import PREDEFINED_DATATYPES, check_dtype, mpi_datatype
+from .headers import SCALAR_TYPES
 
 __all__ = ["Payload", "wrap", "output_for", "mpi_buffer", "describe"]
 
@@ -41,6 +42,11 @@ class Payload:
         self.backend = backend
         self.ctx = ctx
         self.output_slot = "recv"  # None: staged results get their own, unpooled buffer
+
+    @property
+    def scalar_code(self):
+        """Index of the Python scalar type in :data:`~.headers.SCALAR_TYPES`, or -1."""
+        return SCALAR_TYPES.index(self.scalar_type) if self.kind == PY_SCALAR else -1
 
     @property
     def on_host(self):

@@ -9,8 +9,7 @@ from .checks import agree, format_ranks
 from .context import resolve
 from .devices import backend_of
 from .dtypes import dtype_code, dtype_from_code
-from .headers import (BAD_INPUT, HEADER_BYTES, MAX_DIMS, NO_INPUT, OK, SCALAR_TYPES, pack_header,
-                      unpack_header)
+from .headers import BAD_INPUT, HEADER_BYTES, MAX_DIMS, NO_INPUT, OK, pack_header, unpack_header
 from .partition import balanced_counts, offsets_of, validate_counts
 from .reductions import check_root
 
@@ -99,9 +98,8 @@ def _root_payload(x, ctx, name, root):
             raise ValueError(f"{name}: the root (rank {root}) passed None; the root must pass "
                              f"the data to send")
         payload = wrap(x, ctx, name)
-        scalar_code = SCALAR_TYPES.index(payload.scalar_type) if payload.kind == PY_SCALAR else -1
         inline = payload.on_host and payload.data.nbytes <= _INLINE_BYTES
-        pack_header(packet, OK, payload.data, payload.kind, scalar_code, inline)
+        pack_header(packet, OK, payload.data, payload.kind, payload.scalar_code, inline)
     except (TypeError, ValueError):
         pack_header(packet, NO_INPUT if x is None else BAD_INPUT)
         if ctx.size > 1:

@@ -10,9 +10,9 @@ import math
 import numpy as np
 from mpi4py import MPI
 
-from .buffers import PY_SCALAR, mpi_buffer, wrap
+from .buffers import mpi_buffer, wrap
 from .context import resolve
-from .headers import HEADER_BYTES, OK, SCALAR_TYPES, pack_header, unpack_header
+from .headers import HEADER_BYTES, OK, pack_header, unpack_header
 from .movement import _hand_back, _receive_buffer
 from .requests import Request
 
@@ -43,8 +43,7 @@ def _outgoing(x, ctx, name):
     data = payload.data
     inline = payload.on_host and data.nbytes <= _INLINE_BYTES
     first = np.zeros(_HEADER_BYTES + (data.nbytes if inline else 0), dtype=np.uint8)
-    scalar_code = SCALAR_TYPES.index(payload.scalar_type) if payload.kind == PY_SCALAR else -1
-    pack_header(first, OK, data, payload.kind, scalar_code, inline)
+    pack_header(first, OK, data, payload.kind, payload.scalar_code, inline)
     if inline:
         first[_HEADER_BYTES:] = data.reshape(-1).view(np.uint8)
         return first, None, data.nbytes

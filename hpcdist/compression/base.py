@@ -19,7 +19,7 @@ import zlib
 
 import numpy as np
 
-__all__ = ["Compressor", "validate_ratio", "validate_positive_int", "call_seed",
+__all__ = ["Compressor", "validate_ratio", "validate_positive_int", "call_seed", "kernel_input",
            "is_float_dtype", "kernel_dtype", "finish"]
 
 try:  # bfloat16 is a float too (ml_dtypes is a dependency of the comm layer)
@@ -84,6 +84,13 @@ class Compressor:
 
     def __init__(self):
         self._specs = {}
+        self._steps = {}  # calls so far per name, for compressors with a ``seed``
+
+    def _next_call_seed(self, name):
+        """:func:`call_seed` of this call for tensor ``name`` (counts the call)."""
+        step = self._steps.get(name, 0)
+        self._steps[name] = step + 1
+        return call_seed(self.seed, name, step)
 
     def __repr__(self):
         return f"{type(self).__name__}()"
@@ -121,6 +128,11 @@ class Compressor:
     def decompress(self, payload, meta):
         """A dense array of the original shape and dtype from ``payload``."""
         raise NotImplementedError
+
+
+def kernel_input(flat):
+    """``flat`` in the dtype the kernels compute in (float32 or float64)."""
+    return flat if flat.dtype in (np.float32, np.float64) else flat.astype(kernel_dtype(flat.dtype))
 
 
 def finish(flat, meta):

@@ -2,13 +2,10 @@
 import numpy as np
 
 from .. import kernels
-from .base import Compressor, call_seed, finish, kernel_dtype, validate_positive_int
+from .base import Compressor, finish, kernel_dtype, kernel_input, validate_positive_int
 
 __all__ = ["QSGDCompressor", "SignCompressor"]
 
-
-def _work(flat):
-    return flat if flat.dtype in (np.float32, np.float64) else flat.astype(kernel_dtype(flat.dtype))
 
 
 def _world_rank():
@@ -49,7 +46,6 @@ class QSGDCompressor(Compressor):
             raise ValueError(f"QSGDCompressor: levels={levels!r} should be <= 32767 "
                              f"(levels are sent as int16)")
         self.seed = _world_rank() if seed is None else int(seed)
-        self._steps = {}
 
     def __repr__(self):
         return f"QSGDCompressor(levels={self.levels!r}, seed={self.seed!r})"
@@ -57,10 +53,8 @@ class QSGDCompressor(Compressor):
     def compress(self, x, name):
         """Return ``((norm, q), meta)``."""
         flat, meta = self._prepare(x, name)
-        work = _work(flat)
-        step = self._steps.get(name, 0)
-        self._steps[name] = step + 1
-        seed = call_seed(self.seed, name, step)
+        work = kernel_input(flat)
+        seed = self._next_call_seed(name)
         norm, q = kernels.qsgd_quantize(work, self.levels, seed)
         meta.update(levels=self.levels, seed=seed)
         return (np.array([norm], dtype=np.float64), q), meta
@@ -103,7 +97,7 @@ class SignCompressor(Compressor):
     def compress(self, x, name):
         """Return ``((packed, scales), meta)``."""
         flat, meta = self._prepare(x, name)
-        work = _work(flat)
+        work = kernel_input(flat)
         packed, scales = kernels.sign_pack(work, self.chunk_size)
         meta.update(n=work.size, chunk_size=self.chunk_size)
         return (packed, scales), meta

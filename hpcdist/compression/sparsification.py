@@ -4,7 +4,7 @@ import math
 import numpy as np
 
 from .. import kernels
-from .base import Compressor, call_seed, finish, kernel_dtype, validate_ratio
+from .base import Compressor, finish, kernel_dtype, kernel_input, validate_ratio
 
 __all__ = ["TopKCompressor", "RandomKCompressor", "k_for_ratio"]
 
@@ -16,10 +16,6 @@ def k_for_ratio(n, ratio):
         return 0
     return min(n, max(1, math.ceil(ratio * n - 1e-9)))
 
-
-def _work(flat):
-    """``flat`` in the dtype the kernels compute in (float32 or float64)."""
-    return flat if flat.dtype in (np.float32, np.float64) else flat.astype(kernel_dtype(flat.dtype))
 
 
 def _scatter(indices, values, meta):
@@ -63,7 +59,7 @@ class TopKCompressor(Compressor):
     def compress(self, x, name):
         """Return ``((indices, values), meta)``."""
         flat, meta = self._prepare(x, name)
-        work = _work(flat)
+        work = kernel_input(flat)
         k = k_for_ratio(work.size, self.ratio)
         if self.approximate:
             indices, values = kernels.topk_threshold(work, k, sample_size=self.sample_size)
@@ -110,7 +106,6 @@ class RandomKCompressor(Compressor):
         super().__init__()
         self.ratio = validate_ratio(ratio, "RandomKCompressor")
         self.seed = int(seed)
-        self._steps = {}
 
     def __repr__(self):
         return f"RandomKCompressor(ratio={self.ratio!r}, seed={self.seed!r})"
@@ -118,11 +113,9 @@ class RandomKCompressor(Compressor):
     def compress(self, x, name):
         """Return ``((values,), meta)``; ``meta["indices"]`` holds the indices."""
         flat, meta = self._prepare(x, name)
-        work = _work(flat)
-        step = self._steps.get(name, 0)
-        self._steps[name] = step + 1
+        work = kernel_input(flat)
         k = k_for_ratio(work.size, self.ratio)
-        seed = call_seed(self.seed, name, step)
+        seed = self._next_call_seed(name)
         indices = np.asarray(kernels.randomk_indices(work.size, k, seed), dtype=np.int64)
         meta.update(k=k, seed=seed, indices=indices)
         return (np.ascontiguousarray(work[indices]),), meta

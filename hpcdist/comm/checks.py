@@ -1,8 +1,16 @@
 """Cross-rank agreement checks: catch mismatched collectives before they hang."""
 
-from ..exceptions import CollectiveMismatchError
+from contextlib import contextmanager
 
-__all__ = ["agree", "format_ranks"]
+from .. import exceptions
+from ..exceptions import CollectiveMismatchError, HpcdistError
+
+__all__ = ["agree", "format_ranks", "raise_on_every_rank", "validated_on_every_rank"]
+
+#: exception types a rank's failure is re-raised as on the other ranks
+_SHAREABLE_ERRORS = {cls.__name__: cls for cls in (
+    ValueError, TypeError, KeyError, IndexError, FileNotFoundError, OSError, RuntimeError,
+    *(getattr(exceptions, name) for name in exceptions.__all__))}
 
 
 def format_ranks(ranks):
@@ -65,3 +73,53 @@ def agree(ctx, name, *fields):
         message = ("ranks called different collectives: "
                    + _grouped([f"{n}({_render(f)})" for n, f in signatures], "called"))
     raise CollectiveMismatchError(message)
+
+
+def raise_on_every_rank(ctx, error=None):
+    """Collective: if any rank passes an exception, raise one on every rank.
+
+    Every rank must call this (with ``error=None`` when all is well). A rank
+    that failed re-raises its own exception; the others raise the same type
+    (for built-in and hpcdist errors; else :class:`HpcdistError`) whose
+    message names the failing ranks and their messages, so a bad input on
+    one rank stops the whole job with a clear error instead of a hang.
+    """
+    if ctx.size == 1:
+        if error is not None:
+            raise error
+        return
+    report = None if error is None else (type(error).__name__, str(error))
+    reports = ctx._private_comm.allgather(report)
+    failed = {rank: report for rank, report in enumerate(reports) if report is not None}
+    if not failed:
+        return
+    if error is not None:
+        raise error
+    type_name = next(iter(failed.values()))[0]
+    error_type = _SHAREABLE_ERRORS.get(type_name, HpcdistError)
+    by_message = {}
+    for rank, (_, message) in failed.items():
+        by_message.setdefault(message, []).append(rank)
+    text = "; ".join(f"{format_ranks(ranks)}: {message}" for message, ranks in by_message.items())
+    raise error_type(text)
+
+
+@contextmanager
+def validated_on_every_rank(ctx, errors=(ValueError, TypeError, HpcdistError)):
+    """Run a block of input validation so that a failure on one rank fails all.
+
+    Exceptions of type ``errors`` raised in the block are shared through
+    :func:`raise_on_every_rank`; a block that succeeds still takes part in
+    the exchange. Use it around checks whose outcome may differ by rank.
+
+    Examples
+    --------
+    >>> with validated_on_every_rank(ctx):      # doctest: +SKIP
+    ...     X = check_array(X_local)
+    """
+    try:
+        yield
+    except errors as error:
+        raise_on_every_rank(ctx, error)
+        raise  # pragma: no cover - raise_on_every_rank always raises here
+    raise_on_every_rank(ctx, None)

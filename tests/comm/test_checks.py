@@ -329,3 +329,39 @@ def test_check_mode_root_only_errors_raise_everywhere(tmp_path):
         for r in range(2):
             assert f"rank {r} {case} raised" in output, output
             assert f"rank {r} {case} after [2.0, 2.0]" in output, output
+
+
+# -- validation that one rank fails must fail on every rank -----------------------------
+
+def _validate_positive(value):
+    from hpcdist.comm.checks import validated_on_every_rank
+    with validated_on_every_rank(hpcdist.get_context()):
+        if value <= 0:
+            raise ValueError(f"value={value} should be > 0")
+    return value
+
+
+@pytest.mark.mpi(min_size=2)
+def test_validation_error_on_one_rank_raises_on_every_rank(ctx):
+    bad = 1  # only rank 1 has a bad value
+    value = -5 if ctx.rank == bad else 3
+    expect_error(ValueError, _validate_positive, value, match=r"value=-5 should be > 0")
+    # and the job goes on: the next collective still matches
+    assert hpcdist.allreduce(1, ctx=ctx) == ctx.size
+
+
+@pytest.mark.mpi(min_size=2)
+def test_validation_error_names_the_failing_rank_elsewhere(ctx):
+    value = -5 if ctx.rank == 1 else 3
+    expect_error(ValueError, _validate_positive, value,
+                 match=r"value=-5" if ctx.rank == 1 else r"rank 1: value=-5")
+
+
+def test_validation_passes_and_returns(ctx):
+    assert _validate_positive(4) == 4
+
+
+def test_raise_on_every_rank_keeps_hpcdist_error_types(ctx):
+    from hpcdist.comm.checks import _SHAREABLE_ERRORS
+    assert _SHAREABLE_ERRORS["CollectiveMismatchError"] is hpcdist.CollectiveMismatchError
+    assert _SHAREABLE_ERRORS["ValueError"] is ValueError

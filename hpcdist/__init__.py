@@ -25,13 +25,16 @@ _COMM_NAMES = (
     "timeline",
 )
 
+#: names re-exported lazily from sub-packages other than hpcdist.comm
+_LAZY_NAMES = {"DistributedDataParallel": "hpcdist.parallel", "DDP": "hpcdist.parallel"}
+
 __all__ = ["__version__", "HpcdistError", "CollectiveMismatchError", "StallError",
-           *_COMM_NAMES]
+           *_COMM_NAMES, *_LAZY_NAMES]
 
 
 def __getattr__(name):
-    if name in _COMM_NAMES:
-        value = getattr(importlib.import_module("hpcdist.comm"), name)
+    if name in _COMM_NAMES or name in _LAZY_NAMES:
+        value = getattr(importlib.import_module(_LAZY_NAMES.get(name, "hpcdist.comm")), name)
         globals()[name] = value  # later lookups skip this function
         return value
     raise AttributeError(f"module 'hpcdist' has no attribute {name!r}")

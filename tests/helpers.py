@@ -7,6 +7,7 @@ Any assertion whose outcome may differ between ranks goes through
 messages of all failing ranks, so that one failing rank never leaves the
 others waiting in the next test's collective.
 """
+import functools
 import os
 import re
 import sys
@@ -22,10 +23,22 @@ from tests.reference import BFLOAT16, is_complex, is_float, tolerance
 __all__ = [
     "world_rank", "world_size", "assert_on_all_ranks", "all_ranks",
     "expect_error", "check_array", "check_scalar", "same_on_all_ranks",
-    "REPO_ROOT", "mpiexec_path", "subprocess_env", "run_mpi_script",
+    "REPO_ROOT", "mpiexec_path", "subprocess_env", "run_mpi_script", "mpi_twin",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def mpi_twin(test):
+    """The same test marked ``mpi``: the original runs serially (one rank), the
+    twin under ``mpiexec -n N``. Use as ``test_x_mpi = mpi_twin(test_x)``."""
+    import pytest
+
+    @functools.wraps(test)
+    def twin(*args, **kwargs):
+        return test(*args, **kwargs)
+
+    return pytest.mark.mpi(min_size=2)(twin)
 
 
 def world_rank():

@@ -160,11 +160,18 @@ class Module:
     def children(self):
         return (module for _, module in self.named_children())
 
-    def named_modules(self, prefix=""):
-        """This module and all sub-modules, depth first, as ``(name, module)``."""
+    def named_modules(self, prefix="", _seen=None):
+        """This module and all sub-modules, depth first, as ``(name, module)``.
+
+        A module reachable twice (a shared layer) is listed once.
+        """
+        seen = set() if _seen is None else _seen
+        if id(self) in seen:
+            return
+        seen.add(id(self))
         yield prefix, self
         for name, child in self._modules.items():
-            yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
+            yield from child.named_modules(f"{prefix}.{name}" if prefix else name, seen)
 
     def modules(self):
         return (module for _, module in self.named_modules())

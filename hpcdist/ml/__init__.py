@@ -1,0 +1,9 @@
+"""Estimators trained over MPI ranks, following the scikit-learn contract.
+
+``fit`` takes this rank's rows; model attributes end up identical on every
+rank; ``score`` is global.
+"""
+
+from .mlp import MLPClassifier, MLPRegressor
+
+__all__ = ["MLPClassifier", "MLPRegressor"]

@@ -1,0 +1,469 @@
+"""Multi-layer perceptrons trained data-parallel: MLPClassifier and MLPRegressor.
+
+Each rank passes its own rows to ``fit``. Every rank holds the whole model;
+a step runs forward and backward on a local batch (this rank's share of the
+global ``batch_size``) and :class:`hpcdist.DistributedDataParallel` averages
+the gradients, so N ranks train like one rank with the global batch.
+"""
+
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+from tqdm.auto import tqdm
+
+from .. import nn
+from ..comm.checks import format_ranks
+from ..comm.partition import balanced_counts
+from ..comm.reductions import allreduce
+from ..nn.optim import SGD, Adam
+from ..parallel import DistributedDataParallel
+from ._validation import check_local_data, context_of
+
+__all__ = ["MLPClassifier", "MLPRegressor"]
+
+_ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
+_SOLVERS = ("adam", "sgd")
+_STRATEGIES = ("data_parallel",)
+_PREDICT_CHUNK = 4096
+
+
+class _BaseMLP(BaseEstimator):
+    """Shared machinery of the MLP estimators (see :class:`MLPClassifier`)."""
+
+    def __init__(self, hidden_layer_sizes=(100,), *, activation="relu", solver="adam",
+                 learning_rate_init=1e-3, batch_size=256, max_iter=200, random_state=None,
+                 strategy="data_parallel", compression=None, comm=None, verbose=0,
+                 alpha=0.0, tol=1e-4, n_iter_no_change=10, bucket_size_mb=25.0):
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.activation = activation
+        self.solver = solver
+        self.learning_rate_init = learning_rate_init
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.random_state = random_state
+        self.strategy = strategy
+        self.compression = compression
+        self.comm = comm
+        self.verbose = verbose
+        self.alpha = alpha
+        self.tol = tol
+        self.n_iter_no_change = n_iter_no_change
+        self.bucket_size_mb = bucket_size_mb
+
+    # -- subclass hooks -----------------------------------------------------------------
+    _classification = False
+
+    def _targets(self, data, first_call):
+        """Labels/targets as the loss expects them; sets up outputs on the first call."""
+        raise NotImplementedError
+
+    # -- validation -------------------------------------------------------------------
+    def _check_hyperparameters(self):
+        name = type(self).__name__
+        sizes = self.hidden_layer_sizes
+        sizes = (sizes,) if np.isscalar(sizes) else tuple(sizes)
+        if any(int(s) != s or s < 1 for s in sizes):
+            raise ValueError(f"{name}: hidden_layer_sizes={self.hidden_layer_sizes!r} should "
+                             "hold positive integers")
+        for option, value, choices in (("activation", self.activation, _ACTIVATIONS),
+                                       ("solver", self.solver, _SOLVERS),
+                                       ("strategy", self.strategy, _STRATEGIES)):
+            if value not in choices:
+                raise ValueError(f"{name}: {option}={value!r} is not supported; choose one "
+                                 f"of {sorted(choices)}")
+        for option, value, low in (("learning_rate_init", self.learning_rate_init, 0.0),
+                                   ("batch_size", self.batch_size, 1),
+                                   ("max_iter", self.max_iter, 1),
+                                   ("n_iter_no_change", self.n_iter_no_change, 1)):
+            if not (np.isscalar(value) and value >= low) or (option == "learning_rate_init"
+                                                             and value == 0):
+                raise ValueError(f"{name}: {option}={value!r} should be "
+                                 f"{'> 0' if low == 0.0 else f'>= {low}'}")
+        if self.alpha < 0 or self.tol < 0:
+            raise ValueError(f"{name}: alpha={self.alpha} and tol={self.tol} should be >= 0")
+        return tuple(int(s) for s in sizes)
+
+    def _validate(self, X, y, ctx, fitted):
+        name = f"{type(self).__name__}.fit"
+        data = check_local_data(ctx, X, y, name=name, classification=self._classification,
+                                multi_output=not self._classification,
+                                n_features=self.n_features_in_ if fitted else None)
+        batch_shares = balanced_counts(int(self.batch_size), ctx.size)
+        short = [r for r, (n, b) in enumerate(zip(data.counts, batch_shares)) if n < b]
+        if short:
+            r = short[0]
+            raise ValueError(
+                f"{name}: {format_ranks(short)} got {data.counts[r]} rows, fewer than "
+                f"its share {batch_shares[r]} of batch_size={self.batch_size} over "
+                f"{ctx.size} ranks; lower batch_size or give every rank more rows")
+        return data, batch_shares
+
+    # -- model ------------------------------------------------------------------------
+    def _build(self, n_in, n_out, dtype, ctx):
+        hidden = self._check_hyperparameters()
+        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
+        widths = (n_in, *hidden, n_out)
+        layers = []
+        for index, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:])):
+            layers.append(nn.Linear(fan_in, fan_out, dtype=dtype, random_state=seed + index))
+            if index < len(widths) - 2:
+                layers.append(_ACTIVATIONS[self.activation]())
+        model = nn.Sequential(*layers)
+        self._ddp = DistributedDataParallel(model, bucket_size_mb=self.bucket_size_mb,
+                                            compression=self.compression, ctx=ctx)
+        parameters = list(model.parameters())
+        if self.solver == "adam":
+            self._optimizer = Adam(parameters, lr=self.learning_rate_init,
+                                   weight_decay=self.alpha)
+        else:
+            self._optimizer = SGD(parameters, lr=self.learning_rate_init, momentum=0.9,
+                                  nesterov=True, weight_decay=self.alpha)
+        self.model_ = model
+        self.loss_curve_ = []
+        self.n_iter_ = 0
+        self.t_ = 0
+        self._no_improvement = 0
+        self.best_loss_ = np.inf
+
+    # -- training -----------------------------------------------------------------------
+    def fit(self, X_local, y_local, *, checkpoint=None, checkpoint_every=None):
+        """Train on this rank's rows for up to ``max_iter`` epochs.
+
+        Parameters
+        ----------
+        X_local : array-like of shape (n_local, n_features)
+            This rank's rows (ranks may hold different numbers of rows).
+        y_local : array-like of shape (n_local,) or (n_local, n_outputs)
+        checkpoint, checkpoint_every : None
+            Reserved for HDF5 checkpoints (not available yet; must be None).
+
+        Returns
+        -------
+        self
+        """
+        if checkpoint is not None or checkpoint_every is not None:
+            raise NotImplementedError(f"{type(self).__name__}.fit: checkpoint= is not "
+                                      "supported yet; save with state_dict() meanwhile")
+        self._check_hyperparameters()
+        for attribute in ("model_", "classes_"):
+            self.__dict__.pop(attribute, None)
+        ctx = context_of(self.comm)
+        data, shares = self._validate(X_local, y_local, ctx, fitted=False)
+        targets = self._targets(data, first_call=True, ctx=ctx)
+        progress = tqdm(range(int(self.max_iter)), desc=type(self).__name__, unit="epoch",
+                        disable=not (self.verbose and ctx.rank == 0))
+        for _ in progress:
+            loss = self._epoch(data.X, targets, shares, data.n_global, ctx)
+            progress.set_postfix(loss=f"{loss:.4g}")
+            if self._converged(loss):
+                break
+        else:
+            if ctx.rank == 0 and self.tol > 0:
+                warnings.warn(f"{type(self).__name__}: max_iter={self.max_iter} epochs reached "
+                              "before the loss stopped improving", ConvergenceWarning,
+                              stacklevel=2)
+        return self
+
+    def train_epoch(self, X_local, y_local):
+        """One epoch over this rank's rows (starts a model on the first call).
+
+        Returns
+        -------
+        self
+        """
+        fitted = hasattr(self, "model_")
+        ctx = context_of(self.comm)
+        if not fitted:
+            self._check_hyperparameters()
+        data, shares = self._validate(X_local, y_local, ctx, fitted=fitted)
+        targets = self._targets(data, first_call=not fitted, ctx=ctx)
+        loss = self._epoch(data.X, targets, shares, data.n_global, ctx)
+        self._converged(loss)
+        return self
+
+    partial_fit = train_epoch
+
+    def _converged(self, loss):
+        """sklearn's rule: stop after n_iter_no_change epochs without a tol improvement."""
+        if loss > self.best_loss_ - self.tol:
+            self._no_improvement += 1
+        else:
+            self._no_improvement = 0
+        self.best_loss_ = min(self.best_loss_, loss)
+        return self._no_improvement >= self.n_iter_no_change
+
+    def _epoch(self, X, targets, shares, n_global, ctx):
+        """Shuffle this rank's rows, run the steps of one global epoch, return the global loss.
+
+        Every rank runs ``ceil(n_global / batch_size)`` steps of its share of
+        the batch, cycling through its (reshuffled) rows as often as needed.
+        """
+        local_batch = shares[ctx.rank]
+        steps = -(-n_global // int(self.batch_size))
+        rng = np.random.default_rng((self._seed(), self.n_iter_, ctx.rank))
+        needed = steps * local_batch
+        order = np.concatenate([rng.permutation(len(X))
+                                for _ in range(-(-needed // len(X)))])[:needed]
+        # weight so that the average over ranks is the mean over the global batch
+        weight = local_batch * ctx.size / int(self.batch_size)
+        ddp, optimizer, criterion = self._ddp, self._optimizer, self._criterion
+        self.model_.train()
+        loss_sum = 0.0
+        for step in range(steps):
+            rows = order[step * local_batch:(step + 1) * local_batch]
+            optimizer.zero_grad()
+            loss_sum += float(criterion(ddp(X[rows]), targets[rows])) * local_batch
+            ddp.backward(criterion.backward() * weight)
+            optimizer.step()
+            self.t_ += 1
+        totals = allreduce(np.array([loss_sum, float(steps * local_batch)]), ctx=ctx)
+        loss = float(totals[0] / totals[1])
+        self.loss_curve_.append(loss)
+        self.loss_ = loss
+        self.n_iter_ += 1
+        return loss
+
+    def _seed(self):
+        return check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
+
+    # -- inference --------------------------------------------------------------------
+    def _forward(self, X):
+        check_is_fitted(self, "model_")
+        from sklearn.utils import check_array
+        X = check_array(X, dtype=self._dtype, ensure_min_samples=0)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(f"{type(self).__name__}: X has {X.shape[1]} features, but the "
+                             f"estimator was fitted with {self.n_features_in_}")
+        self.model_.eval()
+        outputs = [self.model_(X[start:start + _PREDICT_CHUNK])
+                   for start in range(0, len(X), _PREDICT_CHUNK)]
+        self.model_.train()
+        width = self.model_[-1].out_features
+        return np.concatenate(outputs) if outputs else np.empty((0, width), dtype=self._dtype)
+
+    # -- trainer protocol ----------------------------------------------------------------
+    def get_parameters(self):
+        """All weights and biases as one 1-D float64 vector (layer order)."""
+        check_is_fitted(self, "model_")
+        return np.concatenate([p.data.ravel() for p in self.model_.parameters()]).astype(
+            np.float64)
+
+    def set_parameters(self, vector):
+        """Load weights from a vector made by :meth:`get_parameters`."""
+        check_is_fitted(self, "model_")
+        vector = np.asarray(vector, dtype=np.float64).ravel()
+        expected = sum(p.size for p in self.model_.parameters())
+        if vector.size != expected:
+            raise ValueError(f"{type(self).__name__}.set_parameters: got {vector.size} values, "
+                             f"the model has {expected} parameters")
+        offset = 0
+        for parameter in self.model_.parameters():
+            parameter.data[...] = vector[offset:offset + parameter.size].reshape(parameter.shape)
+            offset += parameter.size
+        return self
+
+    def synchronize_model(self):
+        """Average the weights over ranks (model averaging; a no-op for replicas
+        that are already identical, as after data-parallel steps)."""
+        check_is_fitted(self, "model_")
+        ctx = context_of(self.comm)
+        if ctx.size > 1:
+            for parameter in self.model_.parameters():
+                allreduce(parameter.data, op="mean", out=parameter.data, ctx=ctx)
+        return self
+
+    def state_dict(self):
+        """Everything needed to resume: weights, optimizer state, progress (no pickles)."""
+        check_is_fitted(self, "model_")
+        state = {
+            "model": dict(self.model_.state_dict()),
+            "optimizer": self._optimizer.state_dict(),
+            "loss_curve": np.asarray(self.loss_curve_, dtype=np.float64),
+            "n_iter": int(self.n_iter_), "t": int(self.t_),
+            "n_features_in": int(self.n_features_in_),
+            "n_outputs": int(self.model_[-1].out_features),
+            "dtype": np.dtype(self._dtype).str,
+        }
+        state.update(self._extra_state())
+        return state
+
+    def load_state_dict(self, state):
+        """Restore from :meth:`state_dict` (rebuilds the model when needed)."""
+        ctx = context_of(self.comm)
+        self._load_extra_state(state)
+        self.n_features_in_ = int(state["n_features_in"])
+        self._dtype = np.dtype(state["dtype"])
+        self._build(self.n_features_in_, int(state["n_outputs"]), self._dtype, ctx)
+        self.model_.load_state_dict(state["model"])
+        self._optimizer.load_state_dict(state["optimizer"])
+        self.loss_curve_ = [float(v) for v in np.asarray(state["loss_curve"])]
+        self.n_iter_, self.t_ = int(state["n_iter"]), int(state["t"])
+        if self.loss_curve_:
+            self.loss_ = self.loss_curve_[-1]
+            self.best_loss_ = min(self.loss_curve_)
+        return self
+
+    def _extra_state(self):
+        return {}
+
+    def _load_extra_state(self, state):
+        pass
+
+
+class MLPClassifier(ClassifierMixin, _BaseMLP):
+    """Multi-layer perceptron classifier trained data-parallel over MPI ranks.
+
+    Parameters
+    ----------
+    hidden_layer_sizes : tuple of int, default=(100,)
+        Width of each hidden layer.
+    activation : {"relu", "tanh", "gelu"}, default="relu"
+    solver : {"adam", "sgd"}, default="adam"
+        ``"sgd"`` uses momentum 0.9 with Nesterov, like scikit-learn.
+    learning_rate_init : float, default=1e-3
+    batch_size : int, default=256
+        The *global* batch: each rank takes its balanced share per step.
+    max_iter : int, default=200
+        Epochs (over the global data).
+    random_state : int, RandomState or None
+        Seeds the weights (identical on all ranks) and the shuffling.
+    strategy : {"data_parallel"}, default="data_parallel"
+    compression : hpcdist.compression.Compressor, optional
+        Gradient compression per DDP bucket.
+    comm : None, Context or mpi4py communicator
+    verbose : int, default=0
+        A tqdm progress bar on rank 0 when non-zero.
+    alpha : float, default=0.0
+        L2 penalty (weight decay).
+    tol : float, default=1e-4
+        Stop when the global loss has not improved by ``tol`` for
+        ``n_iter_no_change`` epochs.
+    n_iter_no_change : int, default=10
+    bucket_size_mb : float, default=25.0
+        DDP gradient bucket size.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        The union of the labels of all ranks.
+    loss_curve_ : list of float
+        Global mean training loss per epoch.
+    n_iter_ : int
+        Epochs run.
+    model_ : hpcdist.nn.Sequential
+        The network (identical on all ranks).
+    n_features_in_ : int
+
+    Examples
+    --------
+    >>> X, y = hpcdist.data.load_digits()                          # doctest: +SKIP
+    >>> clf = MLPClassifier((64,), max_iter=50).fit(X, y)           # doctest: +SKIP
+    >>> clf.score(X_test_local, y_test_local)  # global accuracy    # doctest: +SKIP
+    """
+
+    _classification = True
+
+    def _targets(self, data, first_call, ctx):
+        if first_call:
+            self.classes_ = data.classes()
+            if len(self.classes_) < 2:
+                raise ValueError(f"MLPClassifier.fit: all ranks together have only the "
+                                 f"label(s) {self.classes_.tolist()}; need at least 2 classes")
+            self.n_features_in_ = data.n_features
+            self._dtype = data.X.dtype
+            self._criterion = nn.CrossEntropyLoss()
+            self._build(data.n_features, len(self.classes_), data.X.dtype, ctx)
+        else:
+            unknown = {r: np.setdiff1d(labels, self.classes_).tolist()
+                       for r, labels in enumerate(data.labels)
+                       if np.setdiff1d(labels, self.classes_).size}
+            if unknown:
+                raise ValueError(
+                    f"MLPClassifier: labels {unknown} (by rank) are not among the classes "
+                    f"{self.classes_.tolist()} fixed by the first call; pass every label in the "
+                    "first call to fit/partial_fit on some rank")
+        return np.searchsorted(self.classes_, data.y)
+
+    def predict_proba(self, X_local):
+        """Class probabilities for the rows given, shape (n_local, n_classes)."""
+        logits = self._forward(X_local)
+        logits = logits - logits.max(axis=1, keepdims=True)
+        probabilities = np.exp(logits)
+        return probabilities / probabilities.sum(axis=1, keepdims=True)
+
+    def predict(self, X_local):
+        """Predicted labels for the rows given."""
+        return self.classes_[np.argmax(self._forward(X_local), axis=1)]
+
+    def score(self, X_local, y_local, sample_weight=None):
+        """Global accuracy over the rows of all ranks."""
+        if sample_weight is not None:
+            raise NotImplementedError("MLPClassifier.score: sample_weight is not supported")
+        correct = float(np.sum(self.predict(X_local) == np.asarray(y_local)))
+        ctx = context_of(self.comm)
+        totals = allreduce(np.array([correct, float(len(X_local))]), ctx=ctx)
+        return float(totals[0] / totals[1]) if totals[1] else float("nan")
+
+    def _extra_state(self):
+        return {"classes": np.asarray(self.classes_)}
+
+    def _load_extra_state(self, state):
+        self.classes_ = np.asarray(state["classes"])
+        self._criterion = nn.CrossEntropyLoss()
+
+
+class MLPRegressor(RegressorMixin, _BaseMLP):
+    """Multi-layer perceptron regressor trained data-parallel over MPI ranks.
+
+    Parameters are those of :class:`MLPClassifier`; the loss is the mean
+    squared error and ``score`` is the global R^2 (averaged over outputs).
+
+    Attributes
+    ----------
+    n_outputs_ : int
+    loss_curve_ : list of float
+        Global mean squared error per epoch.
+    """
+
+    def _targets(self, data, first_call, ctx):
+        y = data.y.reshape(len(data.y), -1).astype(data.X.dtype, copy=False)
+        if first_call:
+            self.n_outputs_ = y.shape[1]
+            self.n_features_in_ = data.n_features
+            self._dtype = data.X.dtype
+            self._criterion = nn.MSELoss()
+            self._build(data.n_features, self.n_outputs_, data.X.dtype, ctx)
+        elif y.shape[1] != self.n_outputs_:
+            raise ValueError(f"MLPRegressor: y has {y.shape[1]} outputs, the model was fitted "
+                             f"with {self.n_outputs_}")
+        return y
+
+    def predict(self, X_local):
+        """Predictions for the rows given, shape (n_local,) or (n_local, n_outputs)."""
+        out = self._forward(X_local)
+        return out.ravel() if self.n_outputs_ == 1 else out
+
+    def score(self, X_local, y_local, sample_weight=None):
+        """Global coefficient of determination R^2 (uniform average over outputs)."""
+        if sample_weight is not None:
+            raise NotImplementedError("MLPRegressor.score: sample_weight is not supported")
+        y = np.asarray(y_local, dtype=np.float64).reshape(len(X_local), -1)
+        residual = y - np.asarray(self.predict(X_local), dtype=np.float64).reshape(y.shape)
+        local = np.concatenate([[len(y)], y.sum(0), (y ** 2).sum(0), (residual ** 2).sum(0)])
+        totals = allreduce(local, ctx=context_of(self.comm))
+        n, k = totals[0], y.shape[1]
+        sum_y, sum_y2, ss_res = totals[1:1 + k], totals[1 + k:1 + 2 * k], totals[1 + 2 * k:]
+        ss_tot = sum_y2 - sum_y ** 2 / n
+        r2 = np.where(ss_tot > 0, 1 - ss_res / np.where(ss_tot > 0, ss_tot, 1), 0.0)
+        return float(r2.mean())
+
+    def _extra_state(self):
+        return {}
+
+    def _load_extra_state(self, state):
+        self.n_outputs_ = int(state["n_outputs"])
+        self._criterion = nn.MSELoss()

@@ -1,0 +1,19 @@
+"""Layers, losses and containers with explicit forward and backward passes.
+
+Array-module agnostic: every layer computes with NumPy or CuPy, whichever
+its input belongs to.
+"""
+
+from . import optim
+from .activations import GELU, ReLU, Tanh
+from .layers import Dropout, Linear
+from .losses import CrossEntropyLoss, MSELoss
+from .module import Module, Parameter, Sequential
+from .normalization import BatchNorm1d, SyncBatchNorm
+
+__all__ = [
+    "Module", "Parameter", "Sequential",
+    "Linear", "ReLU", "Tanh", "GELU", "Dropout",
+    "BatchNorm1d", "SyncBatchNorm",
+    "CrossEntropyLoss", "MSELoss", "optim",
+]

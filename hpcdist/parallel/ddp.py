@@ -1,0 +1,246 @@
+"""DistributedDataParallel: replicas that train like one model on a larger batch.
+
+Every rank holds the whole model and runs forward and backward on its own
+batch. During the backward pass, gradients land in buckets (see
+:mod:`hpcdist.parallel.buckets`); as soon as a bucket is complete, and all
+buckets before it have started, a nonblocking allreduce averages it over the
+ranks while the backward pass goes on through the earlier layers. When
+:meth:`DistributedDataParallel.backward` returns, every parameter's ``grad``
+holds the average over ranks.
+
+Examples
+--------
+>>> model = hpcdist.DDP(nn.Sequential(nn.Linear(784, 256), nn.ReLU(),
+...                                   nn.Linear(256, 10)))          # doctest: +SKIP
+>>> loss = criterion(model(x_local), y_local)                         # doctest: +SKIP
+>>> model.backward(criterion.backward())                              # doctest: +SKIP
+>>> optimizer.step()                                                  # doctest: +SKIP
+"""
+
+import copy
+import time
+from contextlib import contextmanager
+
+import numpy as np
+
+from ..comm.context import resolve
+from ..comm.movement import broadcast
+from ..comm.objects import allgather_object, broadcast_object
+from ..comm.requests import iallreduce
+from ..nn.module import Module
+from .buckets import assign_buckets
+
+__all__ = ["DistributedDataParallel", "DDP"]
+
+_MEBIBYTE = 1024 * 1024
+
+
+class DistributedDataParallel(Module):
+    """Data parallelism with gradient bucketing and communication overlap.
+
+    Parameters
+    ----------
+    module : hpcdist.nn.Module
+        The model; every rank must build the same one (checked).
+    bucket_size_mb : float, default=25.0
+        Capacity of a gradient bucket in MiB. ``0`` gives one bucket per
+        parameter; ``math.inf`` one bucket per dtype (no overlap).
+    broadcast_buffers : bool, default=True
+        Broadcast buffers (e.g. BatchNorm running statistics) from rank 0 at
+        every forward pass in training mode.
+    compression : hpcdist.compression.Compressor, optional
+        Compress each bucket with this compressor (its state is kept per
+        bucket). Compressed buckets are reduced with
+        :func:`hpcdist.compression.compressed_allreduce`, which blocks.
+    ctx : Context, optional
+        Defaults to the default context.
+
+    Attributes
+    ----------
+    module : Module
+        The wrapped model.
+    buckets : list of Bucket
+        In the order they are communicated.
+    exposed_communication_seconds : float
+        Time the last :meth:`backward` spent waiting for communication after
+        the backward computation had finished (the part not overlapped).
+
+    Raises
+    ------
+    ValueError
+        On every rank, naming the first parameter whose name, shape or dtype
+        differs between ranks, or for a negative ``bucket_size_mb``.
+    """
+
+    def __init__(self, module, *, bucket_size_mb=25.0, broadcast_buffers=True,
+                 compression=None, ctx=None):
+        super().__init__()
+        if not isinstance(module, Module):
+            raise TypeError(f"DistributedDataParallel: module is a {type(module).__name__}, "
+                            "not an hpcdist.nn.Module")
+        bucket_size_mb = float(bucket_size_mb)
+        if not bucket_size_mb >= 0:
+            raise ValueError(f"DistributedDataParallel: bucket_size_mb={bucket_size_mb} should "
+                             "be >= 0 (0: one bucket per parameter, inf: one bucket)")
+        self.module = module
+        self.ctx = resolve(ctx)
+        self.bucket_size_mb = bucket_size_mb
+        self.broadcast_buffers = bool(broadcast_buffers)
+        self.compression = compression
+        self.exposed_communication_seconds = 0.0
+        named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+        _verify_layout(self.ctx, named, module)
+        self._broadcast_state(named)
+        self.buckets = assign_buckets(named, bucket_size_mb * _MEBIBYTE)
+        self._where = {}
+        for bucket in self.buckets:
+            for position, parameter in enumerate(bucket.parameters):
+                if id(parameter) in self._where:
+                    raise ValueError(f"DistributedDataParallel: parameter "
+                                     f"{bucket.names[position]!r} is registered twice; "
+                                     "share layers by reference only once")
+                self._where[id(parameter)] = (bucket, position)
+                parameter.register_grad_hook(self._on_grad_ready)
+        self._compressors = ([_fresh_copy(compression) for _ in self.buckets]
+                             if compression is not None else None)
+        self._sync_enabled = True
+        self._next_launch = 0
+        self._in_flight = []
+
+    # -- set-up --------------------------------------------------------------------------
+    def _broadcast_state(self, named):
+        if self.ctx.size == 1:
+            return
+        for _, parameter in named:
+            broadcast(parameter.data, root=0, ctx=self.ctx, shape_known=True)
+        self._sync_buffers()
+
+    def _sync_buffers(self):
+        for module in self.module.modules():
+            for name, value in module._buffers.items():
+                if hasattr(value, "shape") and getattr(value, "ndim", 0) > 0:
+                    broadcast(value, root=0, ctx=self.ctx, shape_known=True)
+                else:
+                    module._buffers[name] = broadcast_object(value, root=0, ctx=self.ctx)
+
+    # -- computation ---------------------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        """Run the wrapped module (after syncing buffers from rank 0 if asked)."""
+        self._drain()  # a backward that never finished must not leave requests behind
+        if self.broadcast_buffers and self.module.training and self.ctx.size > 1:
+            self._sync_buffers()
+        return self.module.forward(*args, **kwargs)
+
+    def backward(self, grad_output):
+        """Backward through the module; on return every ``grad`` is the global average.
+
+        Inside :meth:`no_sync`, gradients only accumulate locally.
+        """
+        grad_input = self.module.backward(grad_output)
+        if self._sync_enabled:
+            self.finish_gradient_sync()
+        return grad_input
+
+    @contextmanager
+    def no_sync(self):
+        """Accumulate gradients locally; the first backward after the block
+        averages everything accumulated (like one large batch)."""
+        previous, self._sync_enabled = self._sync_enabled, False
+        try:
+            yield self
+        finally:
+            self._sync_enabled = previous
+
+    # -- gradient synchronisation ----------------------------------------------------------
+    def _on_grad_ready(self, parameter):
+        bucket, position = self._where[id(parameter)]
+        bucket.rebind(parameter, position)
+        bucket.touched.add(id(parameter))
+        if not self._sync_enabled or self.ctx.size == 1:
+            return
+        bucket.ready.add(id(parameter))
+        self._launch_completed()
+        for pending in self._in_flight:  # give the MPI library a chance to progress
+            if not pending.request.test():
+                break
+
+    def _launch_completed(self):
+        """Start buckets in index order, as far as they are complete."""
+        buckets = self.buckets
+        while self._next_launch < len(buckets) and buckets[self._next_launch].complete:
+            self._launch(buckets[self._next_launch])
+            self._next_launch += 1
+
+    def _launch(self, bucket):
+        bucket.zero_untouched()
+        if self._compressors is None:
+            bucket.request = iallreduce(bucket.flat, op="mean", out=bucket.flat, ctx=self.ctx)
+            self._in_flight.append(bucket)
+            return
+        from ..compression import compressed_allreduce
+        reduced = compressed_allreduce(bucket.flat, self._compressors[bucket.index],
+                                       name=f"bucket{bucket.index}", op="mean", ctx=self.ctx)
+        bucket.flat[...] = reduced
+
+    def finish_gradient_sync(self):
+        """Start the buckets still waiting (parameters without a gradient count
+        as zero) and wait for all of them. :meth:`backward` calls this."""
+        if self.ctx.size == 1:
+            for bucket in self.buckets:
+                bucket.reset()
+            return
+        start = time.perf_counter()
+        while self._next_launch < len(self.buckets):
+            self._launch(self.buckets[self._next_launch])
+            self._next_launch += 1
+        self._drain()
+        self.exposed_communication_seconds = time.perf_counter() - start
+
+    def _drain(self):
+        for bucket in self._in_flight:
+            bucket.request.wait()
+        if self._in_flight or self._next_launch:
+            for bucket in self.buckets:
+                bucket.reset()
+        self._in_flight = []
+        self._next_launch = 0
+
+    def extra_repr(self):
+        return (f"buckets={len(self.buckets)}, bucket_size_mb={self.bucket_size_mb}, "
+                f"ranks={self.ctx.size}")
+
+
+DDP = DistributedDataParallel
+
+
+def _fresh_copy(compressor):
+    """An independent compressor per bucket (compressors keep per-name state)."""
+    return copy.deepcopy(compressor)
+
+
+def _verify_layout(ctx, named, module):
+    """Raise on every rank unless all ranks have the same parameters, in order."""
+    layout = [(name, tuple(p.shape), np.dtype(p.dtype).str) for name, p in named]
+    if ctx.size == 1:
+        return
+    layouts = allgather_object(layout, ctx=ctx)
+    reference = layouts[0]
+    for rank, other in enumerate(layouts[1:], start=1):
+        if other == reference:
+            continue
+        for position in range(max(len(reference), len(other))):
+            mine = other[position] if position < len(other) else None
+            root = reference[position] if position < len(reference) else None
+            if mine != root:
+                break
+        raise ValueError(
+            f"DistributedDataParallel: the model differs between ranks at parameter "
+            f"#{position}: rank 0 has {_describe(root)}, rank {rank} has {_describe(mine)}; "
+            "every rank must build the same model (same layers, shapes and dtypes)")
+
+
+def _describe(entry):
+    if entry is None:
+        return "no parameter"
+    name, shape, dtype = entry
+    return f"{name!r} of shape {shape} and dtype {np.dtype(dtype).name}"

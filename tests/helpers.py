@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
+from hpcdist.launch.environment import LAUNCHER_PREFIXES
 from tests.reference import BFLOAT16, is_complex, is_float, tolerance
 
 __all__ = [
@@ -183,11 +184,7 @@ def mpiexec_path():
 # Variables a launcher or an MPI singleton sets for *this* process; a child
 # job must get its own. (OMPI_ALLOW_RUN_AS_ROOT* and OMPI_MCA_* chosen by the
 # user or scripts/test are kept.)
-_LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "MPIR_", "MPI_LOCAL", "OMPI_COMM_WORLD",
-                      "OMPI_UNIVERSE", "OMPI_APP_CTX", "OMPI_FIRST_RANKS", "OMPI_FILE_LOCATION",
-                      "OMPI_NUM_APP_CTX", "OMPI_ARGV", "OMPI_COMMAND", "OMPI_MCA_orte_",
-                      "OMPI_MCA_ess_", "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir",
-                      "OMPI_MCA_mpi_oversubscribe", "OMPI_MCA_shmem_RUNTIME", "HPCDIST_")
+_LAUNCHER_PREFIXES = LAUNCHER_PREFIXES + ("HPCDIST_",)
 
 
 def subprocess_env(**extra):

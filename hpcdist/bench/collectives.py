@@ -63,13 +63,10 @@ every repetition, medians, ratios, summary) and ``<output-dir>/<name>.png``
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
-import json
 import math
 import os
 import re
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -78,7 +75,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .common import KIB, MIB, format_size, load_average, machine_info
+from .common import (KIB, MIB, format_size, init_gloo, load_average, machine_info, pyplot,
+                     write_report)
 
 __all__ = ["main", "OPERATIONS"]
 
@@ -269,44 +267,6 @@ def _init_hpcdist():
     ctx = hpcdist.init()
     ctx.check = False
     return hpcdist
-
-
-def _rendezvous(ctrl) -> str:
-    """gloo's ``tcp://host:port``, picked on rank 0 and shared with every rank."""
-    hosts = ctrl.allgather(socket.gethostname())
-    address = None
-    if ctrl.Get_rank() == 0:
-        one_host = len(set(hosts)) == 1
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1" if one_host else "", 0))
-            port = sock.getsockname()[1]
-        address = f"tcp://{'127.0.0.1' if one_host else hosts[0]}:{port}"
-    return ctrl.bcast(address, root=0)
-
-
-def _init_gloo(ctrl, enabled: bool):
-    """Start a torch.distributed gloo group with MPI's ranks, when torch is importable.
-
-    Returns
-    -------
-    (torch, torch.distributed) or (None, None)
-    """
-    torch = dist = None
-    if enabled:
-        try:
-            import torch
-            import torch.distributed as dist
-        except ImportError:
-            torch = dist = None
-    usable = dist is not None and dist.is_available() and dist.is_gloo_available()
-    if not all(ctrl.allgather(usable)):
-        if enabled and ctrl.Get_rank() == 0:
-            print("torch.distributed with gloo is not importable on every rank: "
-                  "no gloo column", flush=True)
-        return None, None
-    dist.init_process_group("gloo", init_method=_rendezvous(ctrl), rank=ctrl.Get_rank(),
-                            world_size=ctrl.Get_size(), timeout=datetime.timedelta(seconds=120))
-    return torch, dist
 
 
 # -- operations -----------------------------------------------------------------------------
@@ -672,14 +632,8 @@ def _plot_ratio(ax, entry: dict, sizes: list[int], key: str) -> None:
 
 def _plot(report: dict, path: Path) -> bool:
     """Time and ratios against size, one column per operation; False without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot written (pip install matplotlib)",
-              flush=True)
+    plt = pyplot()
+    if plt is None:
         return False
     operations = report["operations"]
     fig, axes = plt.subplots(3, len(operations), figsize=(4.2 * len(operations), 10),
@@ -704,13 +658,7 @@ def _plot(report: dict, path: Path) -> bool:
 
 
 def _write_outputs(report: dict, args: argparse.Namespace) -> None:
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    json_path = args.output_dir / f"{args.name}.json"
-    json_path.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"\nwrote {json_path}", flush=True)
-    png_path = args.output_dir / f"{args.name}.png"
-    if not args.no_plot and _plot(report, png_path):
-        print(f"wrote {png_path}", flush=True)
+    write_report(report, args.output_dir, args.name, plot=None if args.no_plot else _plot)
 
 
 # -- main -----------------------------------------------------------------------------------
@@ -754,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
     from mpi4py import MPI
 
     comm, ctrl = MPI.COMM_WORLD.Dup(), MPI.COMM_WORLD.Dup()
-    torch, dist = _init_gloo(ctrl, enabled=not args.no_gloo)
+    torch, dist = init_gloo(ctrl, enabled=not args.no_gloo)
     b = Backends(hp=hp, comm=comm, ctrl=ctrl, torch=torch, dist=dist)
     load_before = load_average()
     try:

@@ -1,6 +1,7 @@
 """Helpers shared by the benchmarks: sizes, versions, machine description, timing."""
 
 import datetime
+import json
 import os
 import platform
 import socket
@@ -10,7 +11,7 @@ import time
 import numpy as np
 
 __all__ = ["KIB", "MIB", "format_size", "package_version", "load_average", "machine_info",
-           "median_seconds"]
+           "median_seconds", "init_gloo", "pyplot", "write_report"]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -89,3 +90,88 @@ def median_seconds(function, repetitions, warmup=1):
         function()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def _gloo_rendezvous(ctrl):
+    """gloo's ``tcp://host:port``, picked on rank 0 and shared with every rank."""
+    hosts = ctrl.allgather(socket.gethostname())
+    address = None
+    if ctrl.Get_rank() == 0:
+        one_host = len(set(hosts)) == 1
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1" if one_host else "", 0))
+            port = sock.getsockname()[1]
+        address = f"tcp://{'127.0.0.1' if one_host else hosts[0]}:{port}"
+    return ctrl.bcast(address, root=0)
+
+
+def init_gloo(ctrl, enabled=True):
+    """Start a torch.distributed gloo group with MPI's ranks, when torch is importable.
+
+    Parameters
+    ----------
+    ctrl : mpi4py.MPI.Comm
+        All its ranks call this; the group gets its ranks and size.
+    enabled : bool, default=True
+        False skips torch altogether.
+
+    Returns
+    -------
+    (torch, torch.distributed) or (None, None)
+        None when ``enabled`` is false or torch.distributed with gloo is
+        not importable on every rank (rank 0 then says so).
+    """
+    torch = dist = None
+    if enabled:
+        try:
+            import torch
+            import torch.distributed as dist
+        except ImportError:
+            torch = dist = None
+    usable = dist is not None and dist.is_available() and dist.is_gloo_available()
+    if not all(ctrl.allgather(usable)):
+        if enabled and ctrl.Get_rank() == 0:
+            print("torch.distributed with gloo is not importable on every rank: "
+                  "no torch baseline", flush=True)
+        return None, None
+    dist.init_process_group("gloo", init_method=_gloo_rendezvous(ctrl), rank=ctrl.Get_rank(),
+                            world_size=ctrl.Get_size(), timeout=datetime.timedelta(seconds=120))
+    return torch, dist
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend, or None (saying so) without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot written (pip install matplotlib)",
+              flush=True)
+        return None
+    return plt
+
+
+def write_report(report, output_dir, name, plot=None):
+    """Write ``output_dir/name.json`` and, through ``plot(report, path)``, ``name.png``.
+
+    Parameters
+    ----------
+    report : dict
+        JSON-serialisable.
+    output_dir : pathlib.Path
+        Created when missing.
+    name : str
+        File name stem.
+    plot : callable, optional
+        ``plot(report, path) -> bool``, False when it wrote nothing; None
+        writes no plot.
+    """
+    output_dir.mkdir(parents=True, exist_ok=True)
+    json_path = output_dir / f"{name}.json"
+    json_path.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"\nwrote {json_path}", flush=True)
+    png_path = output_dir / f"{name}.png"
+    if plot is not None and plot(report, png_path):
+        print(f"wrote {png_path}", flush=True)

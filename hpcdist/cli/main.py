@@ -1,6 +1,7 @@
 """Entry point of the ``hpcdist`` console script."""
 
 import argparse
+import importlib
 import os
 import subprocess
 import sys
@@ -11,7 +12,11 @@ __all__ = ["main", "build_parser"]
 
 #: benchmark name -> module with a ``main(argv)``
 BENCHMARKS = {"collectives": "hpcdist.bench.collectives",
-              "compression": "hpcdist.bench.compression"}
+              "compression": "hpcdist.bench.compression",
+              "mlp": "hpcdist.bench.mlp"}
+#: benchmarks that start one mpiexec job per rank count themselves: ``-n N``
+#: becomes ``--ranks 1,N`` (measured at 1 rank and at N ranks)
+SELF_LAUNCHING = {"mlp"}
 
 
 def build_parser():
@@ -28,6 +33,27 @@ def build_parser():
                     "parallelism, GPUs and, under mpiexec, where every rank runs.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    run = commands.add_parser(
+        "run", help="run a command on N ranks; restart it after failures",
+        description="Start CMD on N ranks under the MPI launcher (mpiexec from this "
+                    "environment, or srun inside a SLURM allocation), watch it, and restart "
+                    "it after a failure with exponential backoff. Each rank gets RANK, "
+                    "WORLD_SIZE, LOCAL_RANK and HPCDIST_RESTART_COUNT. Exit code 75 means "
+                    "'checkpoint written on a signal': the job is started again to resume "
+                    "(or, when hpcdist run itself got the signal, it exits with 75).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    run.add_argument("-n", "--np", type=int, default=1, dest="ranks", help="number of ranks")
+    run.add_argument("--max-restarts", type=int, default=0,
+                     help="restarts allowed after failures")
+    run.add_argument("--launcher", choices=("auto", "mpiexec", "srun"), default="auto",
+                     help="auto: srun inside a SLURM allocation, else mpiexec")
+    run.add_argument("--backoff", type=float, default=1.0,
+                     help="seconds before the first restart; doubles each time (max 30)")
+    run.add_argument("--launcher-args", default="",
+                     help="extra launcher options, e.g. '--oversubscribe' for Open MPI")
+    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...",
+                     help="the command every rank runs")
 
     bench = commands.add_parser(
         "bench", help="run a benchmark against its baseline",
@@ -59,8 +85,10 @@ def _run_bench(args):
     _take_ranks_option(args)
     module = BENCHMARKS[args.name]
     from .launcher import find_mpiexec, under_mpi_launcher
+    if args.name in SELF_LAUNCHING and not under_mpi_launcher():
+        ranks = ",".join(str(n) for n in sorted({1, args.ranks}))
+        return importlib.import_module(module).main(["--ranks", ranks, *args.options])
     if under_mpi_launcher() or args.ranks == 1:
-        import importlib
         return importlib.import_module(module).main(args.options)
     if args.ranks < 1:
         raise SystemExit(f"hpcdist bench: -n {args.ranks} should be >= 1")
@@ -69,9 +97,27 @@ def _run_bench(args):
     return subprocess.call(command, env=os.environ.copy())
 
 
+def _run_job(parser, args):
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if args.ranks < 1:
+        parser.error(f"run: -n {args.ranks} should be >= 1")
+    if args.max_restarts < 0:
+        parser.error(f"run: --max-restarts {args.max_restarts} should be >= 0")
+    if not command:
+        parser.error("run: no command given; usage: hpcdist run -n N -- CMD ...")
+    from ..launch.runner import run_job
+    result = run_job(command, args.ranks, launcher=args.launcher,
+                     max_restarts=args.max_restarts, backoff=args.backoff,
+                     launcher_args=args.launcher_args.split())
+    return result.returncode
+
+
 def main(argv=None):
     """Run the ``hpcdist`` command line; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return _run_job(parser, args)
     if args.command == "info":
         from .info import run_info
         return run_info(args)

@@ -1,0 +1,612 @@
+"""``hpcdist bench mlp``: data-parallel MLP training, hpcdist DDP against torch DDP (gloo).
+
+The model is an MLP 784-1024-1024-10 with ReLU (1.86 M float32 parameters,
+7.1 MiB of gradients), trained with plain SGD and a cross-entropy loss on
+synthetic float32 data (a fixed random batch per rank, the same arrays for
+both implementations). One training step::
+
+    hpcdist:  opt.zero_grad(); loss = crit(ddp(x), y); ddp.backward(crit.backward()); opt.step()
+    torch:    opt.zero_grad(); loss = crit(ddp(x), y); loss.backward(); opt.step()
+
+with ``hpcdist.DDP(model, bucket_size_mb=B)`` and
+``torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=B)`` on a
+gloo process group (CPU), both starting from the same weights.
+
+Rank counts. Each rank count is its own ``mpiexec -n N`` job, so that every
+measurement sees only its own ranks (and its own thread count)::
+
+    python benchmarks/bench_mlp.py                  # jobs at 1 and 2 ranks, merged
+    hpcdist bench mlp [-n N]                         # the same, at 1 and N ranks
+    python -m hpcdist.bench.mlp --ranks 1,2,4        # any list of rank counts
+    mpiexec -n 2 python -m hpcdist.bench.mlp         # one job, this rank count only
+
+Outside ``mpiexec``, :func:`main` launches one job per rank count in
+``--ranks`` (one after the other), each writing its part, and merges them
+into one report; under ``mpiexec`` it measures that job's rank count only.
+
+Threads: every rank runs ``hpcdist.init()``, which caps BLAS threads at
+``cores // ranks`` per node (1 per rank at 2 ranks on 2 cores; unlimited
+when ``OMP_NUM_THREADS`` or a BLAS variable is set, which it honours);
+torch gets the same count with ``torch.set_num_threads``. The counts are in
+the JSON.
+
+Timing: a global batch of ``--batch`` samples (``--batch / N`` per rank) and
+``--steps`` steps per timed block. Every implementation is warmed up, then
+``--repetitions`` rounds each time one block of every case, one after another
+(the first case rotates between rounds). A block's time is that of the
+slowest rank (barrier before). Reported: medians over rounds, samples per
+second (``batch * steps / time``) and the ratio hpcdist/torch of samples per
+second, also as the median of the per-round ratios.
+
+Cases, at N ranks:
+
+``hpcdist``, ``torch``
+    Training steps with ``--bucket-size-mb`` (default 25, both DDPs' default).
+``hpcdist no_sync``, ``torch no_sync`` (N > 1)
+    The same steps inside ``ddp.no_sync()``: the compute of a step without
+    its communication. ``1 - no_sync time / step time`` is the share of the
+    step that communication costs.
+``hpcdist bucket=B`` (N > 1)
+    The bucket-size sweep (``--sweep``, default 0, 1, 4, 25, inf MiB; 0 is
+    one bucket per parameter, inf one bucket).
+
+For every hpcdist case at N > 1, the share of the step spent in communication
+that is not overlapped with computation: on each rank, the sum over the
+block's steps of ``ddp.exposed_communication_seconds`` (read after each
+``ddp.backward``) over the block's time; reported as the mean over ranks
+(median over rounds), and for the rank where it is largest. That one also
+counts the time a rank waits for a slower one (skew from other load, not
+communication), so the mean is the headline.
+
+Targets (issue 4): hpcdist's samples/s >= torch DDP's at 1 and 2 ranks;
+non-overlapped communication < 10% of the step at 2 ranks (main case). The
+summary says PASS, MISS or n/a (not measured) for each.
+
+Output: a table per rank count and a summary on rank 0 (or the launching
+process), ``<output-dir>/<name>.json`` and ``<name>.png`` (skipped without
+matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .common import init_gloo, load_average, machine_info, pyplot, write_report
+
+__all__ = ["main", "LAYER_SIZES"]
+
+LAYER_SIZES = (784, 1024, 1024, 10)
+DTYPE = np.float32
+LEARNING_RATE = 0.01
+
+DEFAULT_RANKS = (1, 2)
+DEFAULT_BATCH = 256
+DEFAULT_STEPS = 20
+DEFAULT_REPETITIONS = 7
+DEFAULT_BUCKET_MB = 25.0
+DEFAULT_SWEEP = (0.0, 1.0, 4.0, 25.0, math.inf)
+QUICK = {"batch": 32, "steps": 2, "repetitions": 2, "warmup": 1}
+WARMUP_STEPS = 3
+
+TARGET_RATIO = 1.0  # hpcdist samples/s over torch's, at least
+TARGET_RATIO_RANKS = (1, 2)
+TARGET_EXPOSED = 0.10  # non-overlapped communication share of the step, below
+TARGET_EXPOSED_RANKS = 2
+
+
+# -- arguments ------------------------------------------------------------------------------
+
+def _int_list(text):
+    try:
+        values = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        values = []
+    if not values or values[0] < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} should be a comma list of positive "
+                                         "integers, e.g. 1,2")
+    return values
+
+
+def _bucket_list(text):
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or any(not value >= 0 for value in values):
+        raise argparse.ArgumentTypeError(f"{text!r} should be a comma list of bucket sizes "
+                                         "in MiB >= 0, e.g. 0,1,4,25,inf")
+    return values
+
+
+def _build_parser():
+    parser = argparse.ArgumentParser(
+        prog="hpcdist bench mlp",
+        description="Samples per second of data-parallel training of an MLP "
+                    f"{'-'.join(map(str, LAYER_SIZES))}: hpcdist.DDP against torch DDP (gloo), "
+                    "interleaved, at each rank count; non-overlapped communication and a "
+                    "bucket-size sweep. Outside mpiexec it launches one job per rank count.")
+    parser.add_argument("--ranks", type=_int_list, default=list(DEFAULT_RANKS),
+                        help="rank counts, one mpiexec job each, when not started under "
+                             "mpiexec (default 1,2)")
+    parser.add_argument("--batch", type=int,
+                        help=f"global batch, split evenly over the ranks (default "
+                             f"{DEFAULT_BATCH}; {QUICK['batch']} with --quick)")
+    parser.add_argument("--steps", type=int,
+                        help=f"training steps per timed block (default {DEFAULT_STEPS})")
+    parser.add_argument("--repetitions", type=int,
+                        help=f"timed rounds (default {DEFAULT_REPETITIONS})")
+    parser.add_argument("--bucket-size-mb", type=float, default=DEFAULT_BUCKET_MB,
+                        help="bucket size of both DDPs in the main comparison (default 25)")
+    parser.add_argument("--sweep", type=_bucket_list, default=list(DEFAULT_SWEEP),
+                        help="hpcdist bucket sizes in MiB timed at more than one rank "
+                             "(default 0,1,4,25,inf)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"short run (a few seconds per job): batch {QUICK['batch']}, "
+                             f"{QUICK['steps']} steps, {QUICK['repetitions']} repetitions")
+    parser.add_argument("--no-torch", action="store_true",
+                        help="leave torch DDP out even when torch is importable")
+    parser.add_argument("--no-plot", action="store_true", help="do not write the PNG plot")
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks") / "results",
+                        help="where NAME.json and NAME.png go (default: ./benchmarks/results)")
+    parser.add_argument("--name", default="mlp",
+                        help="file name stem of the outputs (default: mlp)")
+    parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)  # a job's own JSON
+    return parser
+
+
+def _parse_args(argv):
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    defaults = QUICK if args.quick else {"batch": DEFAULT_BATCH, "steps": DEFAULT_STEPS,
+                                         "repetitions": DEFAULT_REPETITIONS,
+                                         "warmup": WARMUP_STEPS}
+    for key in ("batch", "steps", "repetitions"):
+        if getattr(args, key) is None:
+            setattr(args, key, defaults[key])
+        elif getattr(args, key) < 1:
+            parser.error(f"--{key}={getattr(args, key)} should be >= 1")
+    args.warmup = defaults["warmup"]
+    if not args.bucket_size_mb >= 0 or math.isinf(args.bucket_size_mb):
+        parser.error(f"--bucket-size-mb={args.bucket_size_mb} should be finite and >= 0 "
+                     "(torch's bucket_cap_mb takes no inf)")
+    uneven = [n for n in args.ranks if args.batch % n]
+    if uneven:
+        parser.error(f"--batch={args.batch} should be a multiple of every rank count; "
+                     f"it is not for {uneven}")
+    return args
+
+
+def _bucket_label(size_mb):
+    return "inf" if math.isinf(size_mb) else f"{size_mb:g}"
+
+
+# -- the two trainers -------------------------------------------------------------------------
+
+class _HpcdistTrainer:
+    """hpcdist.DDP over the MLP; ``exposed`` sums ``exposed_communication_seconds``."""
+
+    def __init__(self, ctx, bucket_size_mb, x, y):
+        import hpcdist
+        from hpcdist import nn
+        from hpcdist.nn.optim import SGD
+
+        layers = []
+        for seed, (n_in, n_out) in enumerate(zip(LAYER_SIZES[:-1], LAYER_SIZES[1:])):
+            layers += [nn.Linear(n_in, n_out, dtype=DTYPE, random_state=seed), nn.ReLU()]
+        self.model = nn.Sequential(*layers[:-1])
+        self.ddp = hpcdist.DDP(self.model, bucket_size_mb=bucket_size_mb, ctx=ctx)
+        self.optimizer = SGD(self.model.parameters(), lr=LEARNING_RATE)
+        self.criterion = nn.CrossEntropyLoss()
+        self.x, self.y = x, y
+        self.exposed = 0.0
+
+    def _gradients(self):
+        self.optimizer.zero_grad()
+        self.criterion(self.ddp(self.x), self.y)
+        self.ddp.backward(self.criterion.backward())
+
+    def step(self):
+        self._gradients()
+        self.exposed += self.ddp.exposed_communication_seconds
+        self.optimizer.step()
+
+    def local_step(self):
+        """A step with the backward inside ``no_sync()``: the same compute, no communication."""
+        with self.ddp.no_sync():
+            self._gradients()
+        self.optimizer.step()
+
+    def weights(self):
+        """(weight, bias) of each Linear layer, as NumPy arrays."""
+        return [(layer.weight.data, layer.bias.data) for layer in self.model
+                if hasattr(layer, "weight")]
+
+
+class _TorchTrainer:
+    """torch DistributedDataParallel over the same layers, starting from ``weights``."""
+
+    exposed = 0.0  # torch DDP does not measure its non-overlapped communication
+
+    def __init__(self, torch, bucket_size_mb, x, y, weights):
+        layers = []
+        for n_in, n_out in zip(LAYER_SIZES[:-1], LAYER_SIZES[1:]):
+            layers += [torch.nn.Linear(n_in, n_out), torch.nn.ReLU()]
+        model = torch.nn.Sequential(*layers[:-1])
+        with torch.no_grad():
+            linears = [layer for layer in model if isinstance(layer, torch.nn.Linear)]
+            for layer, (weight, bias) in zip(linears, weights):
+                layer.weight.copy_(torch.from_numpy(weight))
+                layer.bias.copy_(torch.from_numpy(bias))
+        self.ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_size_mb)
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+        self.criterion = torch.nn.CrossEntropyLoss()
+        self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)
+
+    def step(self):
+        self.optimizer.zero_grad()
+        self.criterion(self.ddp(self.x), self.y).backward()
+        self.optimizer.step()
+
+    def local_step(self):
+        with self.ddp.no_sync():
+            self.step()
+
+
+# -- one job: measure at this rank count ------------------------------------------------------
+
+def _blas_threads():
+    """Threads of the BLAS NumPy calls (after ``hpcdist.init`` capped them)."""
+    from threadpoolctl import threadpool_info
+
+    counts = [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
+    return min(counts) if counts else 1
+
+
+def _cases(ctx, torch, args, x, y):
+    """name -> (trainer, its step method) for every case timed at this rank count."""
+    main = _HpcdistTrainer(ctx, args.bucket_size_mb, x, y)
+    cases = {"hpcdist": (main, main.step)}
+    if torch is not None:
+        baseline = _TorchTrainer(torch, args.bucket_size_mb, x, y, main.weights())
+        cases["torch"] = (baseline, baseline.step)
+    if ctx.size > 1:
+        cases["hpcdist no_sync"] = (main, main.local_step)
+        if torch is not None:
+            cases["torch no_sync"] = (baseline, baseline.local_step)
+        for size_mb in args.sweep:
+            if size_mb != args.bucket_size_mb:  # that one is the "hpcdist" case
+                trainer = _HpcdistTrainer(ctx, size_mb, x, y)
+                cases[_sweep_case(size_mb, args)] = (trainer, trainer.step)
+    return cases
+
+
+def _sweep_case(size_mb, args):
+    """The case that times hpcdist with buckets of ``size_mb`` MiB."""
+    if size_mb == args.bucket_size_mb:
+        return "hpcdist"
+    return f"hpcdist bucket={_bucket_label(size_mb)}"
+
+
+def _time_block(ctrl, trainer, step, steps):
+    """Run ``steps`` steps; the slowest rank's seconds and each rank's non-overlapped share."""
+    trainer.exposed = 0.0
+    ctrl.Barrier()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    elapsed = time.perf_counter() - start
+    per_rank = ctrl.allgather((elapsed, trainer.exposed / elapsed))
+    return max(t for t, _ in per_rank), [share for _, share in per_rank]
+
+
+def _measure(ctrl, cases, args):
+    """Warm up every case, then time interleaved rounds; seconds and shares per case."""
+    for trainer, step in cases.values():
+        _time_block(ctrl, trainer, step, args.warmup)
+    names = list(cases)
+    seconds = {name: [] for name in names}
+    exposed = {name: [] for name in names}
+    for rep in range(args.repetitions):
+        first = rep % len(names)
+        for name in names[first:] + names[:first]:
+            elapsed, share = _time_block(ctrl, *cases[name], args.steps)
+            seconds[name].append(elapsed)
+            exposed[name].append(share)
+    return seconds, exposed
+
+
+def _median(values):
+    return float(np.median(values))
+
+
+def _case_record(seconds, exposed, args, with_exposed):
+    """Medians of one case; ``exposed`` holds each round's per-rank shares."""
+    record = {"step_ms": _median(seconds) / args.steps * 1e3,
+              "samples_per_second": args.batch * args.steps / _median(seconds),
+              "block_seconds": seconds}
+    if with_exposed:
+        record["exposed_communication_share"] = _median([np.mean(r) for r in exposed])
+        record["exposed_communication_share_max_rank"] = _median([max(r) for r in exposed])
+        record["exposed_communication_shares_per_rank"] = exposed
+    return record
+
+
+def _run_record(ctx, cases, seconds, exposed, args, extra):
+    """The JSON record of one rank count."""
+    communicating = ctx.size > 1  # only synchronising hpcdist steps have an exposed share
+    records = {name: _case_record(seconds[name], exposed[name], args,
+                                  communicating and name.startswith("hpcdist")
+                                  and not name.endswith("no_sync"))
+               for name in cases}
+    run = {"ranks": ctx.size, "global_batch": args.batch, "local_batch": args.batch // ctx.size,
+           "steps": args.steps, "repetitions": args.repetitions, "warmup_steps": args.warmup,
+           "bucket_size_mb": args.bucket_size_mb, **extra,
+           "cases": {name: record for name, record in records.items()
+                     if not name.startswith("hpcdist bucket=")}}
+    if "torch" in records:
+        run["ratio"] = {"hpcdist/torch samples_per_second":
+                        records["hpcdist"]["samples_per_second"]
+                        / records["torch"]["samples_per_second"],
+                        "paired": _median(np.divide(seconds["torch"], seconds["hpcdist"]))}
+    overhead = {}
+    for name in ("hpcdist", "torch"):
+        if f"{name} no_sync" in records:
+            overhead[name] = 1.0 - (_median(seconds[f"{name} no_sync"]) / _median(seconds[name]))
+    if overhead:
+        run["communication_share"] = overhead
+    if ctx.size > 1:
+        sweep = {_bucket_label(size): _sweep_case(size, args) for size in args.sweep}
+        run["bucket_sweep"] = [{"bucket_size_mb": label,
+                                "buckets": len(cases[name][0].ddp.buckets), **records[name]}
+                               for label, name in sweep.items()]
+    return run
+
+
+def _measure_job(args):
+    """Measure at this job's rank count; returns the record on rank 0, else None."""
+    import hpcdist
+    from mpi4py import MPI
+
+    ctx = hpcdist.init()
+    ctx.check = False
+    ctrl = MPI.COMM_WORLD.Dup()
+    if args.batch % ctx.size:
+        raise SystemExit(f"hpcdist bench mlp: --batch={args.batch} should be a multiple of "
+                         f"the {ctx.size} ranks")
+    threads = _blas_threads()  # before torch loads its own thread pools
+    torch, dist = init_gloo(ctrl, enabled=not args.no_torch)
+    if torch is not None:
+        torch.set_num_threads(threads)
+    load_before = load_average()
+    try:
+        rng = np.random.default_rng(1000 + ctx.rank)
+        local = args.batch // ctx.size
+        x = rng.standard_normal((local, LAYER_SIZES[0]), dtype=DTYPE)
+        y = rng.integers(0, LAYER_SIZES[-1], size=local, dtype=np.int64)
+        cases = _cases(ctx, torch, args, x, y)
+        seconds, exposed = _measure(ctrl, cases, args)
+        torch_note = ({"available": True, "version": str(torch.__version__),
+                       "threads": torch.get_num_threads(), "backend": "gloo"}
+                      if torch is not None else
+                      {"available": False, "note": "left out (--no-torch)" if args.no_torch
+                       else "torch.distributed with gloo is not importable: no baseline"})
+        extra = {"blas_threads_per_rank": threads, "torch": torch_note,
+                 "machine": machine_info(ctrl, load_average_before=load_before,
+                                         load_average_after=load_average())}
+        run = _run_record(ctx, cases, seconds, exposed, args, extra)
+    finally:
+        if dist is not None:
+            dist.destroy_process_group()
+        ctrl.Free()
+    return run if ctx.rank == 0 else None
+
+
+# -- launching one job per rank count -----------------------------------------------------------
+
+def _launch_jobs(argv, args):
+    """One ``mpiexec -n N`` job per rank count; their records by rank count, or an exit code."""
+    from ..cli.launcher import find_mpiexec
+
+    env = os.environ.copy()  # the jobs import this hpcdist, installed or not
+    source = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([source] + ([env["PYTHONPATH"]]
+                                                    if env.get("PYTHONPATH") else []))
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="hpcdist-bench-mlp-") as tmp:
+        for n in args.ranks:
+            part = Path(tmp) / f"ranks{n}.json"
+            command = [find_mpiexec(), "-n", str(n), sys.executable, "-m", "hpcdist.bench.mlp",
+                       *argv, "--part", str(part)]
+            print("+ " + " ".join(command), flush=True)
+            code = subprocess.call(command, env=env)
+            if code != 0:
+                print(f"hpcdist bench mlp: the job at {n} ranks failed (exit status {code})",
+                      file=sys.stderr, flush=True)
+                return code
+            runs[n] = json.loads(part.read_text())
+    return runs
+
+
+# -- report -----------------------------------------------------------------------------------
+
+def _percent(value):
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _run_text(run):
+    cases, share = run["cases"], run.get("communication_share", {})
+    lines = [f"\n{run['ranks']} rank(s): global batch {run['global_batch']} "
+             f"({run['local_batch']} per rank), {run['steps']} steps x {run['repetitions']} "
+             f"repetitions, {run['blas_threads_per_rank']} BLAS thread(s) per rank"
+             + (f", torch {run['torch']['threads']} thread(s)" if run["torch"]["available"]
+                else f"; torch: {run['torch']['note']}"),
+             f"  {'case':18s} {'step ms':>9s} {'samples/s':>11s} {'not overlapped':>15s} "
+             f"{'comm. share':>12s}"]
+    for name, record in cases.items():
+        implementation = name.split()[0]
+        lines.append(f"  {name:18s} {record['step_ms']:9.2f} {record['samples_per_second']:11.0f} "
+                     f"{_percent(record.get('exposed_communication_share')):>15s} "
+                     f"{_percent(None if 'no_sync' in name else share.get(implementation)):>12s}")
+    if "ratio" in run:
+        ratio = run["ratio"]
+        lines.append(f"  hpcdist/torch samples/s: {ratio['hpcdist/torch samples_per_second']:.3f} "
+                     f"(paired per round: {ratio['paired']:.3f})")
+    if "bucket_sweep" in run:
+        lines.append(f"  bucket sweep (hpcdist): {'MiB':>5s} {'buckets':>8s} {'step ms':>9s} "
+                     f"{'samples/s':>11s} {'not overlapped':>15s}")
+        for row in run["bucket_sweep"]:
+            lines.append(f"  {'':23s}{row['bucket_size_mb']:>5s} {row['buckets']:8d} "
+                         f"{row['step_ms']:9.2f} {row['samples_per_second']:11.0f} "
+                         f"{_percent(row['exposed_communication_share']):>15s}")
+    return "\n".join(lines)
+
+
+def _status(passed):
+    return "PASS" if passed else "MISS"
+
+
+def _summarize(runs):
+    """PASS/MISS/n/a for each target, from the runs by rank count."""
+    summary = {}
+    for n in TARGET_RATIO_RANKS:
+        ratio = runs.get(n, {}).get("ratio", {}).get("hpcdist/torch samples_per_second")
+        summary[f"samples_per_second_vs_torch_at_{n}_ranks"] = {
+            "ratio": "hpcdist/torch samples/s", "target": f">= {TARGET_RATIO:g}",
+            "value": ratio,
+            "status": "n/a" if ratio is None else _status(ratio >= TARGET_RATIO)}
+    share = (runs.get(TARGET_EXPOSED_RANKS, {}).get("cases", {}).get("hpcdist", {})
+             .get("exposed_communication_share"))
+    summary[f"exposed_communication_at_{TARGET_EXPOSED_RANKS}_ranks"] = {
+        "ratio": "non-overlapped communication / step time (hpcdist)",
+        "target": f"< {TARGET_EXPOSED:g}", "value": share,
+        "status": "n/a" if share is None else _status(share < TARGET_EXPOSED)}
+    return summary
+
+
+def _summary_text(summary):
+    lines = ["\nSummary (targets of issue 4):"]
+    for name, entry in summary.items():
+        value = "not measured" if entry["value"] is None else f"{entry['value']:.3f}"
+        lines.append(f"  {name:40s} {value:>12s}  target {entry['target']:6s} {entry['status']}")
+    return "\n".join(lines)
+
+
+def _settings(args):
+    return {"layers": list(LAYER_SIZES), "activation": "relu", "dtype": np.dtype(DTYPE).name,
+            "optimizer": f"SGD(lr={LEARNING_RATE})", "loss": "cross-entropy",
+            "data": "synthetic: one fixed standard-normal batch per rank, uniform labels",
+            "rank_counts": list(args.ranks), "global_batch": args.batch, "steps": args.steps,
+            "repetitions": args.repetitions, "bucket_size_mb": args.bucket_size_mb,
+            "sweep_bucket_size_mb": [_bucket_label(size) for size in args.sweep],
+            "quick": args.quick,
+            "timing": "one mpiexec job per rank count; per round every case runs a block of "
+                      "`steps` steps after a barrier, the first case rotating between rounds; "
+                      "a block's time is the slowest rank's; medians over rounds",
+            "targets": {"hpcdist/torch samples/s at 1 and 2 ranks": f">= {TARGET_RATIO:g}",
+                        "non-overlapped communication share at 2 ranks": f"< {TARGET_EXPOSED:g}"}}
+
+
+def _plot(report, path):
+    """Samples/s per rank count, and the bucket sweep; False without matplotlib."""
+    plt = pyplot()
+    if plt is None:
+        return False
+    runs = report["runs"]
+    sweep = next((run["bucket_sweep"] for run in reversed(list(runs.values()))
+                  if "bucket_sweep" in run), None)
+    fig, axes = plt.subplots(1, 2 if sweep else 1, figsize=(11 if sweep else 5.5, 4),
+                             squeeze=False)
+    ax = axes[0, 0]
+    ranks = list(runs)
+    for offset, name in ((-0.2, "hpcdist"), (0.2, "torch")):
+        values = [runs[n]["cases"].get(name, {}).get("samples_per_second", 0) for n in ranks]
+        ax.bar(np.arange(len(ranks)) + offset, values, width=0.4, label=name)
+    ax.set_xticks(range(len(ranks)), [f"{n} rank(s)" for n in ranks])
+    ax.set_ylabel("samples / s (median)")
+    ax.set_title("training throughput")
+    ax.legend(fontsize="small")
+    if sweep:
+        ax = axes[0, 1]
+        labels = [row["bucket_size_mb"] for row in sweep]
+        ax.bar(range(len(sweep)), [row["samples_per_second"] for row in sweep], color="tab:blue")
+        ax.set_xticks(range(len(sweep)), labels)
+        ax.set_xlabel("bucket_size_mb")
+        ax.set_ylabel("samples / s (median)")
+        twin = ax.twinx()
+        twin.plot(range(len(sweep)), [100 * row["exposed_communication_share"] for row in sweep],
+                  "o-", color="tab:red")
+        twin.axhline(100 * TARGET_EXPOSED, color="tab:red", ls=":")
+        twin.set_ylabel("non-overlapped communication (% of step)", color="tab:red")
+        ax.set_title(f"hpcdist bucket sweep at {ranks[-1]} ranks")
+    machine = report["machine"]
+    fig.suptitle(f"hpcdist MLP {'-'.join(map(str, LAYER_SIZES))}, global batch "
+                 f"{report['settings']['global_batch']}: {machine['hostname']} "
+                 f"({machine['cpu_count']} cores), {machine['date']}", fontsize="medium")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def _write_report(runs, args):
+    """Print the summary and write the JSON (and the plot) of the runs by rank count."""
+    summary = _summarize(runs)
+    print(_summary_text(summary), flush=True)
+    largest = runs[max(runs)]
+    report = {"benchmark": "mlp", "machine": largest["machine"], "settings": _settings(args),
+              "runs": {str(n): run for n, run in sorted(runs.items())}, "summary": summary}
+    write_report(report, args.output_dir, args.name, plot=None if args.no_plot else _plot)
+
+
+# -- main -------------------------------------------------------------------------------------
+
+def main(argv=None):
+    """Run the MLP benchmark; see the module docstring.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Command-line arguments without the program name (default
+        ``sys.argv[1:]``); ``--help`` lists them.
+
+    Returns
+    -------
+    int
+        Exit status, 0 on success.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parse_args(argv)
+    from ..cli.launcher import under_mpi_launcher
+
+    if not under_mpi_launcher():
+        runs = _launch_jobs(argv, args)
+        if isinstance(runs, int):
+            return runs
+        print("\n" + "=" * 72 + "\nhpcdist MLP benchmark", flush=True)
+        for run in runs.values():
+            print(_run_text(run), flush=True)
+        _write_report(runs, args)
+        return 0
+    run = _measure_job(args)
+    if run is not None:
+        print(_run_text(run), flush=True)
+        if args.part is not None:
+            args.part.write_text(json.dumps(run))
+        else:
+            args.ranks = [run["ranks"]]
+            _write_report({run["ranks"]: run}, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""``hpcdist run``: start a command under the MPI launcher, watch it, restart it.
+
+Every rank runs through :mod:`hpcdist.launch.rank_env`, which records how it
+ended; after a failed attempt the runner prints which ranks failed and how,
+waits (exponential backoff) and starts the command again with
+``HPCDIST_RESTART_COUNT`` raised by one, up to ``max_restarts`` times. An
+exit code of 75 (:data:`EXIT_RESUME`: "checkpoint written on a signal") is
+not a failure: the job is started again to resume, unless the runner itself
+received the signal, in which case it exits with 75 so that a batch script
+can requeue the job.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from ..cli.launcher import find_mpiexec
+from .environment import clean_environment
+
+__all__ = ["EXIT_RESUME", "RunResult", "Attempt", "choose_launcher", "build_command", "run_job"]
+
+#: exit code meaning "a checkpoint was written on a signal; start me again to resume"
+EXIT_RESUME = 75
+LAUNCHERS = ("auto", "mpiexec", "srun")
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+
+@dataclass
+class Attempt:
+    """One start of the job."""
+    number: int
+    returncode: int
+    seconds: float
+    ranks: dict = field(default_factory=dict)   # rank -> "exit N" / "signal NAME"
+
+    @property
+    def outcome(self):
+        if self.returncode == 0:
+            return "succeeded"
+        if self.returncode == EXIT_RESUME:
+            return "checkpointed on a signal (exit 75)"
+        return "failed"
+
+
+@dataclass
+class RunResult:
+    """What :func:`run_job` did: the final exit code and every attempt."""
+    returncode: int
+    attempts: list
+
+    @property
+    def restarts(self):
+        return len(self.attempts) - 1
+
+
+def choose_launcher(launcher="auto", environ=None):
+    """``"srun"`` inside a SLURM allocation (when srun exists), else ``"mpiexec"``."""
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"launcher={launcher!r} should be one of {', '.join(LAUNCHERS)}")
+    if launcher != "auto":
+        return launcher
+    environ = os.environ if environ is None else environ
+    if environ.get("SLURM_JOB_ID") and shutil.which("srun"):
+        return "srun"
+    return "mpiexec"
+
+
+def build_command(command, n, launcher="auto", *, launcher_args=()):
+    """The full command line that starts ``command`` on ``n`` ranks.
+
+    Parameters
+    ----------
+    command : list of str
+        The program and its arguments, run on every rank.
+    n : int
+        Number of ranks (>= 1).
+    launcher : {"auto", "mpiexec", "srun"}
+    launcher_args : sequence of str
+        Extra options for the launcher (e.g. ``--oversubscribe`` for Open MPI).
+    """
+    if not command:
+        raise ValueError("hpcdist run: no command given; usage: hpcdist run -n N -- CMD ...")
+    if int(n) != n or n < 1:
+        raise ValueError(f"hpcdist run: -n {n} should be a whole number >= 1")
+    chosen = choose_launcher(launcher)
+    program = shutil.which("srun") if chosen == "srun" else find_mpiexec()
+    if program is None:
+        raise FileNotFoundError("hpcdist run: srun not found on PATH; use --launcher mpiexec")
+    wrapper = [sys.executable, "-m", "hpcdist.launch.rank_env"]
+    return [program, *launcher_args, "-n", str(int(n)), *wrapper, *command]
+
+
+def _read_statuses(directory):
+    statuses = {}
+    for name in os.listdir(directory):
+        if name.startswith("rank-") and name.endswith(".status"):
+            with open(os.path.join(directory, name)) as handle:
+                statuses[int(name[5:-7])] = handle.read().strip()
+            os.remove(os.path.join(directory, name))
+    return statuses
+
+
+def _describe_attempt(attempt, n):
+    failed = {r: s for r, s in sorted(attempt.ranks.items()) if s != "exit 0"}
+    missing = [r for r in range(n) if r not in attempt.ranks]
+    parts = [f"rank {r}: {s}" for r, s in failed.items()]
+    if missing:
+        parts.append(f"ranks {missing} stopped by the launcher" if len(missing) > 1
+                     else f"rank {missing[0]} stopped by the launcher")
+    return "; ".join(parts) or f"launcher exit code {attempt.returncode}"
+
+
+class _SignalForwarder:
+    """Forward SIGTERM/SIGINT/SIGUSR1 to the launcher; remember that one came."""
+
+    def __init__(self):
+        self.process = None
+        self.received = None
+        self._previous = {}
+
+    def __enter__(self):
+        for signum in _FORWARDED:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum, _frame):
+        self.received = signal.Signals(signum).name
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signum)
+
+    def __exit__(self, *exc):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def run_job(command, n, *, launcher="auto", max_restarts=0, backoff=1.0, max_backoff=30.0,
+            launcher_args=(), log=None):
+    """Run ``command`` on ``n`` ranks, restarting it after failures.
+
+    Parameters
+    ----------
+    command : list of str
+    n : int
+    launcher : {"auto", "mpiexec", "srun"}
+    max_restarts : int
+        Restarts allowed after failures (exit code 75 does not count).
+    backoff, max_backoff : float
+        Seconds to wait before restart k: ``min(backoff * 2**(k-1), max_backoff)``.
+    launcher_args : sequence of str
+    log : file, optional
+        Where progress and the summary go (default: standard error).
+
+    Returns
+    -------
+    RunResult
+    """
+    log = sys.stderr if log is None else log
+    if max_restarts < 0:
+        raise ValueError(f"hpcdist run: --max-restarts {max_restarts} should be >= 0")
+    argv = build_command(command, n, launcher, launcher_args=launcher_args)
+    attempts, failures = [], 0
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="hpcdist-run-") as run_dir, \
+            _SignalForwarder() as forwarder:
+        while True:
+            env = clean_environment()
+            env.update(HPCDIST_RUN_DIR=run_dir, HPCDIST_RESTART_COUNT=str(len(attempts)))
+            print(f"[hpcdist run] attempt {len(attempts) + 1}: {' '.join(argv)}", file=log,
+                  flush=True)
+            t0 = time.perf_counter()
+            forwarder.process = subprocess.Popen(argv, env=env)
+            returncode = forwarder.process.wait()
+            attempt = Attempt(len(attempts) + 1, returncode, time.perf_counter() - t0,
+                              _read_statuses(run_dir))
+            attempts.append(attempt)
+            resumable = returncode == EXIT_RESUME or (
+                returncode != 0 and attempt.ranks
+                and set(attempt.ranks.values()) <= {"exit 0", f"exit {EXIT_RESUME}"}
+                and f"exit {EXIT_RESUME}" in attempt.ranks.values())
+            if returncode == 0:
+                break
+            if resumable:
+                attempt.returncode = EXIT_RESUME
+                if forwarder.received:
+                    print(f"[hpcdist run] {forwarder.received} received: the job wrote a "
+                          "checkpoint; exiting with 75 so it can be resumed", file=log)
+                    break
+                print("[hpcdist run] the job wrote a checkpoint and asked to be resumed "
+                      "(exit 75); starting it again", file=log, flush=True)
+                continue
+            print(f"[hpcdist run] attempt {attempt.number} failed after "
+                  f"{attempt.seconds:.1f} s: {_describe_attempt(attempt, n)}", file=log,
+                  flush=True)
+            if forwarder.received:
+                print(f"[hpcdist run] {forwarder.received} received: not restarting", file=log)
+                break
+            if failures >= max_restarts:
+                print(f"[hpcdist run] no restarts left (--max-restarts {max_restarts}); "
+                      "giving up", file=log)
+                break
+            failures += 1
+            delay = min(backoff * 2 ** (failures - 1), max_backoff)
+            print(f"[hpcdist run] restart {failures} of {max_restarts} in {delay:.1f} s "
+                  f"(HPCDIST_RESTART_COUNT={len(attempts)})", file=log, flush=True)
+            time.sleep(delay)
+    final = attempts[-1].returncode
+    final = final if final >= 0 else 128 - final
+    print(f"[hpcdist run] summary: {len(attempts)} attempt(s), {failures} restart(s) after "
+          f"failures, final exit code {final}, {time.perf_counter() - started:.1f} s in all",
+          file=log)
+    for attempt in attempts:
+        print(f"[hpcdist run]   attempt {attempt.number}: {attempt.outcome} "
+              f"({attempt.seconds:.1f} s)", file=log)
+    return RunResult(final, attempts)

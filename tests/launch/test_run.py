@@ -1,0 +1,154 @@
+"""hpcdist run: restarts, exit code 75, rank variables, bad options; stop signals."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hpcdist.launch import PreemptionHandler, Preempted, build_command
+from hpcdist.launch.rank_env import describe_status
+from tests.helpers import assert_on_all_ranks, subprocess_env
+
+HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
+
+
+def _run(args, tmp_path, timeout=120, **env):
+    return subprocess.run([*HPCDIST, "run", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=tmp_path, env=subprocess_env(**env))
+
+
+def _script(tmp_path, code, name="job.py"):
+    path = tmp_path / name
+    path.write_text(code)
+    return str(path)
+
+
+FLAKY = """
+import os, sys
+import hpcdist
+ctx = hpcdist.init()
+restart = int(os.environ["HPCDIST_RESTART_COUNT"])
+print(f"rank={os.environ['RANK']} world={os.environ['WORLD_SIZE']} "
+      f"local={os.environ['LOCAL_RANK']} restart={restart}", flush=True)
+hpcdist.barrier()
+if restart < int(sys.argv[1]) and ctx.rank == ctx.size - 1:
+    os.kill(os.getpid(), 9)
+hpcdist.barrier()
+"""
+
+
+def test_restarts_after_a_killed_rank_until_success(tmp_path):
+    job = _script(tmp_path, FLAKY)
+    done = _run(["-n", "2", "--max-restarts", "2", "--backoff", "0.1", "--", sys.executable,
+                 job, "2"], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rank 1: signal SIGKILL" in done.stderr
+    assert "3 attempt(s), 2 restart(s)" in done.stderr
+    for rank in (0, 1):
+        assert f"rank={rank} world=2 local={rank} restart=2" in done.stdout
+
+
+def test_no_restarts_left_is_a_clear_failure(tmp_path):
+    job = _script(tmp_path, FLAKY)
+    done = _run(["-n", "2", "--max-restarts", "1", "--backoff", "0.1", "--", sys.executable,
+                 job, "5"], tmp_path)
+    assert done.returncode != 0
+    assert "no restarts left (--max-restarts 1)" in done.stderr
+    assert "2 attempt(s)" in done.stderr
+
+
+def test_exit_75_is_resumed_not_counted_as_failure(tmp_path):
+    job = _script(tmp_path, """
+import os, sys
+import hpcdist
+hpcdist.init()
+sys.exit(75 if os.environ["HPCDIST_RESTART_COUNT"] == "0" else 0)
+""")
+    done = _run(["-n", "2", "--", sys.executable, job], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "asked to be resumed (exit 75)" in done.stderr
+    assert "0 restart(s) after failures" in done.stderr
+
+
+STOPPABLE = """
+import sys, time
+import hpcdist
+from hpcdist.launch import PreemptionHandler, Preempted
+ctx = hpcdist.init()
+print("started", flush=True)
+with PreemptionHandler(ctx) as handler:
+    for step in range(600):
+        time.sleep(0.05)
+        if handler.should_stop():
+            print(f"rank {ctx.rank} stops at step {step}", flush=True)
+            raise Preempted(step)
+"""
+
+
+def test_signal_to_hpcdist_run_checkpoints_and_exits_75(tmp_path):
+    job = _script(tmp_path, STOPPABLE)
+    process = subprocess.Popen([*HPCDIST, "run", "-n", "2", "--", sys.executable, job],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=tmp_path, env=subprocess_env())
+    assert "started" in process.stdout.readline()
+    time.sleep(1.0)
+    process.send_signal(signal.SIGUSR1)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 75, out + err
+    steps = {line.split()[-1] for line in out.splitlines() if "stops at step" in line}
+    assert len(steps) == 1, out          # every rank stopped at the same step
+    assert "SIGUSR1 received" in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-n", "0", "--", "true"], "-n 0 should be >= 1"),
+    (["-n", "2"], "no command given"),
+    (["-n", "2", "--max-restarts", "-1", "--", "true"], "--max-restarts -1"),
+    (["-n", "2", "--launcher", "pbs", "--", "true"], "invalid choice: 'pbs'"),
+])
+def test_bad_options_give_usage(tmp_path, args, message):
+    done = _run(args, tmp_path)
+    assert done.returncode == 2
+    assert message in done.stderr and "usage: hpcdist" in done.stderr
+
+
+def test_missing_program_is_reported_per_rank(tmp_path):
+    done = _run(["-n", "1", "--", "no-such-program-hpcdist"], tmp_path)
+    assert done.returncode != 0
+    assert "cannot start 'no-such-program-hpcdist'" in done.stderr
+
+
+def test_build_command_wraps_every_rank():
+    command = build_command(["python", "x.py"], 3, "mpiexec", launcher_args=["--foo"])
+    assert command[1:] == ["--foo", "-n", "3", sys.executable, "-m", "hpcdist.launch.rank_env",
+                           "python", "x.py"]
+    with pytest.raises(ValueError, match="launcher='pbs'"):
+        build_command(["x"], 1, "pbs")
+
+
+def test_describe_status():
+    assert describe_status(0) == "exit 0"
+    assert describe_status(3) == "exit 3"
+    assert describe_status(-9) == "signal SIGKILL"
+
+
+def test_preemption_handler_single_process(ctx):
+    with PreemptionHandler(ctx) as handler:
+        assert not handler.should_stop()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert handler.should_stop() and handler.received == "SIGUSR1"
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+    error = Preempted(7)
+    assert error.code == 75 and "step 7" in str(error)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_signal_on_one_rank_stops_every_rank(ctx):
+    with PreemptionHandler(ctx) as handler:
+        assert not handler.should_stop()
+        if ctx.rank == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        stopped = handler.should_stop()
+    assert_on_all_ranks(stopped, "a rank did not see the stop request")

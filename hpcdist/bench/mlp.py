@@ -203,6 +203,7 @@ class _HpcdistTrainer:
         layers = []
         for seed, (n_in, n_out) in enumerate(zip(LAYER_SIZES[:-1], LAYER_SIZES[1:])):
             layers += [nn.Linear(n_in, n_out, dtype=DTYPE, random_state=seed), nn.ReLU()]
+        layers[0].needs_input_grad = False  # the input is data, as torch knows for its x
         self.model = nn.Sequential(*layers[:-1])
         self.ddp = hpcdist.DDP(self.model, bucket_size_mb=bucket_size_mb, ctx=ctx)
         self.optimizer = SGD(self.model.parameters(), lr=LEARNING_RATE)

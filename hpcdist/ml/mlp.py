@@ -112,6 +112,7 @@ class _BaseMLP(BaseEstimator):
             layers.append(nn.Linear(fan_in, fan_out, dtype=dtype, random_state=seed + index))
             if index < len(widths) - 2:
                 layers.append(_ACTIVATIONS[self.activation]())
+        layers[0].needs_input_grad = False  # the input is data: no gradient needed
         model = nn.Sequential(*layers)
         self._ddp = DistributedDataParallel(model, bucket_size_mb=self.bucket_size_mb,
                                             compression=self.compression, ctx=ctx)

@@ -98,6 +98,10 @@ class Linear(Module):
     ----------
     weight : Parameter of shape (out_features, in_features)
     bias : Parameter of shape (out_features,) or None
+    needs_input_grad : bool, default=True
+        Set it to False on a first layer whose input is data: ``backward``
+        then skips the input gradient (one of the three matrix products) and
+        returns None.
 
     Notes
     -----
@@ -124,6 +128,7 @@ class Linear(Module):
                                         rng=rng, dtype=dtype, xp=xp))
         self.bias = (Parameter(uniform((self.out_features,), bound, rng=rng, dtype=dtype, xp=xp))
                      if bias else None)
+        self.needs_input_grad = True
 
     def forward(self, x):
         """
@@ -171,6 +176,8 @@ class Linear(Module):
             self.weight.accumulate_grad(g2.T @ x.reshape(-1, self.in_features))
         if self.bias is not None and self.bias.requires_grad:
             self.bias.accumulate_grad(g2.sum(axis=0))
+        if not self.needs_input_grad:
+            return None
         return g @ _as_dtype(self.weight.data, x.dtype)
 
     def extra_repr(self):

@@ -285,5 +285,7 @@ class Sequential(Module):
 
     def backward(self, grad_output):
         for layer in reversed(self._modules.values()):
+            if grad_output is None:  # a layer before was told it needs no input gradient
+                break
             grad_output = layer.backward(grad_output)
         return grad_output

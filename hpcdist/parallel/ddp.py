@@ -26,7 +26,7 @@ import numpy as np
 from ..comm.context import resolve
 from ..comm.movement import broadcast
 from ..comm.objects import allgather_object, broadcast_object
-from ..comm.requests import iallreduce
+from ..comm.requests import ProgressPoller, iallreduce
 from ..nn.module import Module
 from .buckets import assign_buckets
 
@@ -52,6 +52,12 @@ class DistributedDataParallel(Module):
         Compress each bucket with this compressor (its state is kept per
         bucket). Compressed buckets are reduced with
         :func:`hpcdist.compression.compressed_allreduce`, which blocks.
+    progress_thread : bool, optional
+        Drive in-flight allreduces from a background thread while the
+        backward pass computes, so that they really overlap (MPI libraries
+        often progress only inside MPI calls). Default: on when the MPI
+        library runs with ``MPI_THREAD_MULTIPLE``; off, the backward pass
+        polls between layers instead.
     ctx : Context, optional
         Defaults to the default context.
 
@@ -73,7 +79,7 @@ class DistributedDataParallel(Module):
     """
 
     def __init__(self, module, *, bucket_size_mb=25.0, broadcast_buffers=True,
-                 compression=None, ctx=None):
+                 compression=None, progress_thread=None, ctx=None):
         super().__init__()
         if not isinstance(module, Module):
             raise TypeError(f"DistributedDataParallel: module is a {type(module).__name__}, "
@@ -106,6 +112,9 @@ class DistributedDataParallel(Module):
         self._sync_enabled = True
         self._next_launch = 0
         self._in_flight = []
+        if progress_thread is None:
+            progress_thread = ProgressPoller.available(self.ctx)
+        self._poller = ProgressPoller() if progress_thread and self.ctx.size > 1 else None
 
     # -- set-up --------------------------------------------------------------------------
     def _broadcast_state(self, named):
@@ -160,9 +169,10 @@ class DistributedDataParallel(Module):
             return
         bucket.ready.add(id(parameter))
         self._launch_completed()
-        for pending in self._in_flight:  # give the MPI library a chance to progress
-            if not pending.request.test():
-                break
+        if self._poller is None:
+            for pending in self._in_flight:  # give the MPI library a chance to progress
+                if not pending.request.test():
+                    break
 
     def _launch_completed(self):
         """Start buckets in index order, as far as they are complete."""
@@ -176,6 +186,8 @@ class DistributedDataParallel(Module):
         if self._compressors is None:
             bucket.request = iallreduce(bucket.flat, op="mean", out=bucket.flat, ctx=self.ctx)
             self._in_flight.append(bucket)
+            if self._poller is not None:
+                self._poller.add(bucket.request)
             return
         from ..compression import compressed_allreduce
         reduced = compressed_allreduce(bucket.flat, self._compressors[bucket.index],
@@ -197,6 +209,8 @@ class DistributedDataParallel(Module):
         self.exposed_communication_seconds = time.perf_counter() - start
 
     def _drain(self):
+        if self._poller is not None:
+            self._poller.stop()
         for bucket in self._in_flight:
             bucket.request.wait()
         if self._in_flight or self._next_launch:

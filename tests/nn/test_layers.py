@@ -284,3 +284,20 @@ def test_dropout_repr_and_train_switch():
 
 def test_parameter_is_shared_type():
     assert isinstance(Linear(2, 2).weight, Parameter)
+
+
+def test_first_layer_without_input_gradient_still_gets_parameter_gradients():
+    from hpcdist.nn import Linear, ReLU, Sequential
+    x = np.random.default_rng(0).normal(size=(5, 4))
+    full = Sequential(Linear(4, 3, dtype=np.float64, random_state=0), ReLU(),
+                      Linear(3, 2, dtype=np.float64, random_state=1))
+    lean = Sequential(Linear(4, 3, dtype=np.float64, random_state=0), ReLU(),
+                      Linear(3, 2, dtype=np.float64, random_state=1))
+    lean[0].needs_input_grad = False
+    grad = np.ones((5, 2))
+    full(x)
+    lean(x)
+    assert full.backward(grad).shape == x.shape
+    assert lean.backward(grad) is None
+    for (name, a), (_, b) in zip(full.named_parameters(), lean.named_parameters()):
+        np.testing.assert_array_equal(a.grad, b.grad, err_msg=name)

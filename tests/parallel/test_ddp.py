@@ -260,3 +260,18 @@ test_ddp_equals_single_rank_large_batch_mpi = mpi_twin(test_ddp_equals_single_ra
 test_grad_is_average_over_ranks_after_backward_mpi = mpi_twin(test_grad_is_average_over_ranks_after_backward)
 test_no_sync_accumulation_equals_one_large_batch_mpi = mpi_twin(test_no_sync_accumulation_equals_one_large_batch)
 test_compression_per_bucket_mpi = mpi_twin(test_compression_per_bucket)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("progress_thread", [True, False])
+def test_progress_thread_on_or_off_gives_the_same_average(ctx, progress_thread):
+    X, y = make_data(1)
+    ddp = hpcdist.DDP(make_model(), ctx=ctx, bucket_size_mb=0, progress_thread=progress_thread)
+    assert_on_all_ranks((ddp._poller is not None) == progress_thread, "poller setting ignored")
+    criterion = nn.CrossEntropyLoss()
+    rows = local_rows(0, ctx.rank, ctx.size)
+    criterion(ddp(X[rows]), y[rows])
+    ddp.backward(criterion.backward())
+    check_grads_against_one_batch(ddp, X[:GLOBAL_BATCH], y[:GLOBAL_BATCH], rtol=1e-9)
+    assert_on_all_ranks(ddp._poller is None or ddp._poller._thread is None,
+                        "progress thread still running after backward")

@@ -1,6 +1,6 @@
 """Stochastic gradient descent with momentum, as ``torch.optim.SGD``."""
 
-from .optimizer import Optimizer, check_nonnegative
+from .optimizer import Optimizer, add_scaled_, check_nonnegative
 
 __all__ = ["SGD"]
 
@@ -81,4 +81,4 @@ class SGD(Optimizer):
                 buf *= momentum
                 buf += (1 - group["dampening"]) * d
             d = d + momentum * buf if group["nesterov"] else buf
-        p.data -= group["lr"] * d
+        add_scaled_(p.data, -group["lr"], d)

@@ -55,6 +55,9 @@ def build_parser():
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...",
                      help="the command every rank runs")
 
+    from .train import add_train_parser
+    add_train_parser(commands)
+
     bench = commands.add_parser(
         "bench", help="run a benchmark against its baseline",
         description="Run a benchmark that measures hpcdist and its baseline side by side. "
@@ -97,6 +100,30 @@ def _run_bench(args):
     return subprocess.call(command, env=os.environ.copy())
 
 
+def _relaunch(ranks, argv):
+    """Start ``hpcdist ARGV`` under mpiexec with ``ranks`` ranks; returns its exit code."""
+    from .launcher import find_mpiexec
+    command = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "hpcdist.cli.main",
+               *argv]
+    print("+ " + " ".join(command), flush=True)
+    return subprocess.call(command, env=os.environ.copy())
+
+
+def _run_train(args):
+    from .launcher import under_mpi_launcher
+    if args.ranks is not None and args.ranks < 1:
+        raise SystemExit(f"hpcdist train: -n {args.ranks} should be >= 1")
+    if args.ranks and args.ranks > 1 and not under_mpi_launcher():
+        argv = list(sys.argv[1:])
+        for flag in ("-n", "--np"):
+            while flag in argv:
+                index = argv.index(flag)
+                del argv[index:index + 2]
+        return _relaunch(args.ranks, argv)
+    from .train import run_train
+    return run_train(args)
+
+
 def _run_job(parser, args):
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if args.ranks < 1:
@@ -118,6 +145,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.command == "run":
         return _run_job(parser, args)
+    if args.command == "train":
+        return _run_train(args)
     if args.command == "info":
         from .info import run_info
         return run_info(args)

@@ -1,0 +1,60 @@
+"""hpcdist train: end to end on built-in data, JSON output, bad options."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import mpiexec_path, subprocess_env
+
+HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
+
+
+def _train(args, tmp_path, n=None, timeout=240):
+    prefix = [mpiexec_path(), "-n", str(n)] if n else []
+    return subprocess.run([*prefix, *HPCDIST, "train", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=tmp_path, env=subprocess_env())
+
+
+def test_mlp_on_digits_at_two_ranks_writes_global_metrics(tmp_path):
+    output = tmp_path / "metrics.json"
+    done = _train(["mlp", "--quiet", "--output", str(output)], tmp_path, n=2)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "results (global over 2 ranks)" in done.stdout
+    report = json.loads(output.read_text())
+    assert report["ranks"] == 2 and report["rows"] == 1347 and report["test_rows"] == 450
+    assert report["test_accuracy"] >= 0.95
+
+
+def test_mlp_regression_on_generated_data_with_sklearn_comparison(tmp_path):
+    output = tmp_path / "metrics.json"
+    done = _train(["mlp", "--quiet", "--dataset", "classification", "--n-samples", "2000",
+                   "--n-features", "8", "--max-iter", "5", "--task", "regression",
+                   "--compare-sklearn", "--output", str(output)], tmp_path, n=2)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(output.read_text())
+    assert report["estimator"] == "MLPRegressor"
+    assert report["rows"] + report["test_rows"] == 2000 and report["test_rows"] == 400
+    assert "test_r2" in report and "test_r2" in report["sklearn"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["svm"], "invalid choice: 'svm'"),
+    (["mlp", "--dataset", "imagenet"], "invalid choice: 'imagenet'"),
+    (["mlp", "--hidden-layer-sizes", "64,x"], "comma-separated integers"),
+    (["mlp", "-n", "0"], "-n 0 should be >= 1"),
+])
+def test_bad_options_are_clear(tmp_path, args, message):
+    done = _train(args, tmp_path)
+    assert done.returncode != 0
+    assert message in done.stderr
+
+
+def test_help_documents_every_option_with_its_default(tmp_path):
+    done = subprocess.run([*HPCDIST, "train", "mlp", "--help"], capture_output=True, text=True,
+                          env=subprocess_env())
+    assert done.returncode == 0
+    for option in ("--dataset", "--data", "--checkpoint-dir", "--checkpoint-every", "--output",
+                   "--hidden-layer-sizes", "--batch-size"):
+        assert option in done.stdout
+    assert "(default:" in done.stdout and "digits)" in done.stdout

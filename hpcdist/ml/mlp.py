@@ -21,6 +21,7 @@ from ..comm.partition import balanced_counts
 from ..comm.reductions import allreduce
 from ..nn.optim import SGD, Adam
 from ..parallel import DistributedDataParallel
+from ._checkpointing import FitCheckpointing, optimizer_from_tree, optimizer_to_tree
 from ._validation import check_local_data, context_of
 
 __all__ = ["MLPClassifier", "MLPRegressor"]
@@ -139,34 +140,42 @@ class _BaseMLP(BaseEstimator):
         X_local : array-like of shape (n_local, n_features)
             This rank's rows (ranks may hold different numbers of rows).
         y_local : array-like of shape (n_local,) or (n_local, n_outputs)
-        checkpoint, checkpoint_every : None
-            Reserved for HDF5 checkpoints (not available yet; must be None).
+        checkpoint : hpcdist.checkpoint.CheckpointManager, optional
+            Save the full state there (and resume from it when it already
+            holds a checkpoint). A stop signal (SIGUSR1, SIGTERM) then saves
+            at the end of the epoch and exits with code 75.
+        checkpoint_every : int, optional
+            Epochs between checkpoints (default: only at the end).
 
         Returns
         -------
         self
         """
-        if checkpoint is not None or checkpoint_every is not None:
-            raise NotImplementedError(f"{type(self).__name__}.fit: checkpoint= is not "
-                                      "supported yet; save with state_dict() meanwhile")
         self._check_hyperparameters()
+        ctx = context_of(self.comm)
+        saving = FitCheckpointing(self, checkpoint, checkpoint_every, ctx)
         for attribute in ("model_", "classes_"):
             self.__dict__.pop(attribute, None)
-        ctx = context_of(self.comm)
-        data, shares = self._validate(X_local, y_local, ctx, fitted=False)
-        targets = self._targets(data, first_call=True, ctx=ctx)
-        progress = tqdm(range(int(self.max_iter)), desc=type(self).__name__, unit="epoch",
-                        disable=not (self.verbose and ctx.rank == 0))
-        for _ in progress:
-            loss = self._epoch(data.X, targets, shares, data.n_global, ctx)
-            progress.set_postfix(loss=f"{loss:.4g}")
-            if self._converged(loss):
-                break
-        else:
-            if ctx.rank == 0 and self.tol > 0:
-                warnings.warn(f"{type(self).__name__}: max_iter={self.max_iter} epochs reached "
-                              "before the loss stopped improving", ConvergenceWarning,
-                              stacklevel=2)
+        converged = False
+        with saving:
+            resumed = saving.resume() is not None
+            data, shares = self._validate(X_local, y_local, ctx, fitted=resumed)
+            targets = self._targets(data, first_call=not resumed, ctx=ctx)
+            converged = self._no_improvement >= self.n_iter_no_change
+            progress = tqdm(range(self.n_iter_, int(self.max_iter)), desc=type(self).__name__,
+                            unit="epoch", initial=self.n_iter_, total=int(self.max_iter),
+                            disable=not (self.verbose and ctx.rank == 0))
+            for _ in progress if not converged else ():
+                loss = self._epoch(data.X, targets, shares, data.n_global, ctx)
+                progress.set_postfix(loss=f"{loss:.4g}")
+                converged = self._converged(loss)
+                saving.end_of_epoch(self.n_iter_)
+                if converged:
+                    break
+            saving.finish(self.n_iter_)
+        if not converged and ctx.rank == 0 and self.tol > 0:
+            warnings.warn(f"{type(self).__name__}: max_iter={self.max_iter} epochs reached "
+                          "before the loss stopped improving", ConvergenceWarning, stacklevel=2)
         return self
 
     def train_epoch(self, X_local, y_local):
@@ -282,9 +291,10 @@ class _BaseMLP(BaseEstimator):
         check_is_fitted(self, "model_")
         state = {
             "model": dict(self.model_.state_dict()),
-            "optimizer": self._optimizer.state_dict(),
+            "optimizer": optimizer_to_tree(self._optimizer.state_dict()),
             "loss_curve": np.asarray(self.loss_curve_, dtype=np.float64),
             "n_iter": int(self.n_iter_), "t": int(self.t_),
+            "best_loss": float(self.best_loss_), "no_improvement": int(self._no_improvement),
             "n_features_in": int(self.n_features_in_),
             "n_outputs": int(self.model_[-1].out_features),
             "dtype": np.dtype(self._dtype).str,
@@ -300,12 +310,13 @@ class _BaseMLP(BaseEstimator):
         self._dtype = np.dtype(state["dtype"])
         self._build(self.n_features_in_, int(state["n_outputs"]), self._dtype, ctx)
         self.model_.load_state_dict(state["model"])
-        self._optimizer.load_state_dict(state["optimizer"])
+        self._optimizer.load_state_dict(optimizer_from_tree(state["optimizer"]))
         self.loss_curve_ = [float(v) for v in np.asarray(state["loss_curve"])]
         self.n_iter_, self.t_ = int(state["n_iter"]), int(state["t"])
+        self.best_loss_ = float(state["best_loss"])
+        self._no_improvement = int(state["no_improvement"])
         if self.loss_curve_:
             self.loss_ = self.loss_curve_[-1]
-            self.best_loss_ = min(self.loss_curve_)
         return self
 
     def _extra_state(self):

@@ -1,0 +1,99 @@
+"""Global quantile bin edges, and the data binned to uint8 once.
+
+The edges come from a sample of every rank's rows, chosen by a hash of the
+global row index (:func:`~hpcdist.ml.forest.sampling.row_sample`), gathered
+in rank order (= global order) and reduced identically on every rank, so
+they do not depend on the number of ranks.
+
+Per feature, as scikit-learn's ``HistGradientBoosting``: with at most
+``max_bins`` distinct sampled values the edges are the midpoints between
+consecutive ones (exact binning); otherwise the midpoint-percentiles at
+``max_bins`` equal steps, duplicates dropped. ``bin(x)`` is the number of
+edges below ``x``, so ``bin(x) <= t`` exactly when ``x <= edges[t]``: a split
+on bins is a split on raw values at ``edges[t]``, and prediction compares raw
+values with that threshold.
+"""
+import numpy as np
+
+from ...comm.movement import allgather
+from ...kernels.trees import bin_columns
+from .sampling import row_sample
+
+__all__ = ["BinEdges", "find_bin_edges", "SAMPLE_SIZE"]
+
+#: rows sampled (over all ranks) to place the bin edges
+SAMPLE_SIZE = 100_000
+
+
+class BinEdges:
+    """Bin edges of every feature, flat.
+
+    Attributes
+    ----------
+    edges : ndarray of float64, shape (n_edges,)
+        Feature ``f``'s sorted edges are ``edges[offsets[f]:offsets[f + 1]]``.
+    offsets : ndarray of int64, shape (n_features + 1,)
+    n_bins : ndarray of int64, shape (n_features,)
+        ``len(edges of f) + 1``.
+    """
+
+    def __init__(self, edges, offsets):
+        self.edges = np.ascontiguousarray(edges, dtype=np.float64)
+        self.offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        self.n_bins = np.diff(self.offsets) + 1
+
+    @property
+    def n_features(self):
+        return len(self.offsets) - 1
+
+    def feature(self, f):
+        """The edges of feature ``f``."""
+        return self.edges[self.offsets[f]:self.offsets[f + 1]]
+
+    def threshold(self, features, bins):
+        """Raw thresholds ``edges_f[bin]`` of splits (``features`` >= 0)."""
+        return self.edges[self.offsets[features] + bins]
+
+    def transform(self, X):
+        """``X`` binned: uint8 array of X's shape (rows in parallel with Numba threads)."""
+        out = np.empty(X.shape, dtype=np.uint8)
+        if X.size:
+            bin_columns(X, self.edges, self.offsets, out)
+        return out
+
+
+def _feature_edges(column, max_bins):
+    distinct = np.unique(column)
+    if len(distinct) <= max_bins:
+        return 0.5 * distinct[:-1] + 0.5 * distinct[1:]
+    percentiles = np.linspace(0, 100, max_bins + 1)[1:-1]
+    return np.unique(np.percentile(column, percentiles, method="midpoint"))
+
+
+def find_bin_edges(ctx, X, global_index, n_global, max_bins, seed, sample_size=SAMPLE_SIZE):
+    """Bin edges from a rank-count independent sample of all ranks' rows (collective).
+
+    Parameters
+    ----------
+    ctx : Context
+    X : ndarray of shape (n_local, n_features)
+        This rank's rows.
+    global_index : ndarray of int64, shape (n_local,)
+    n_global : int
+    max_bins : int
+        At most this many bins (``<= 256``) per feature.
+    seed : uint64
+    sample_size : int
+
+    Returns
+    -------
+    BinEdges
+    """
+    mask = row_sample(seed, global_index, n_global, sample_size)
+    sample = np.ascontiguousarray(X[mask], dtype=np.float64)
+    if ctx.size > 1:
+        sample = allgather(sample, ctx=ctx)
+    edges = [_feature_edges(sample[:, f], max_bins) for f in range(X.shape[1])]
+    offsets = np.zeros(X.shape[1] + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(e) for e in edges])
+    return BinEdges(np.concatenate(edges) if edges else np.empty(0), offsets)

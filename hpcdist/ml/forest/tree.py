@@ -1,0 +1,173 @@
+"""A forest as flat arrays: every tree's nodes in preorder, trees concatenated."""
+import numpy as np
+
+from ...kernels.trees import forest_mean_values
+
+__all__ = ["Forest"]
+
+_INT_FIELDS = ("feature", "threshold_bin", "left", "right")
+_FLOAT_FIELDS = ("threshold", "n_node_samples", "impurity_decrease")
+
+
+class Forest:
+    """Trees stored as flat node arrays.
+
+    Tree ``t`` is nodes ``tree_offsets[t]:tree_offsets[t + 1]``, in preorder
+    (a node, its left subtree, its right subtree; the root first). Child
+    indices count from the tree's first node. A row goes left at an internal
+    node when ``X[row, feature] <= threshold`` (equivalently binned
+    ``bin <= threshold_bin``).
+
+    Attributes
+    ----------
+    tree_offsets : ndarray of int64, shape (n_trees + 1,)
+    feature : ndarray of int32, shape (n_nodes,)
+        Split feature, -1 at leaves.
+    threshold_bin : ndarray of int32, shape (n_nodes,)
+        Split bin, -1 at leaves.
+    threshold : ndarray of float64, shape (n_nodes,)
+        Split value (the bin's upper edge), NaN at leaves.
+    left, right : ndarray of int32, shape (n_nodes,)
+        Children, -1 at leaves.
+    value : ndarray of float64, shape (n_nodes, n_values)
+        Class fractions (classification) or mean target (regression) of the
+        node's bootstrap rows.
+    n_node_samples : ndarray of float64, shape (n_nodes,)
+        Bootstrap-weighted rows reaching the node.
+    impurity_decrease : ndarray of float64, shape (n_nodes,)
+        ``W_node * impurity - W_left * impurity_left - W_right * impurity_right``
+        of the split (0 at leaves), in the criterion's units.
+    """
+
+    def __init__(self, tree_offsets, feature, threshold_bin, threshold, left, right, value,
+                 n_node_samples, impurity_decrease):
+        self.tree_offsets = np.ascontiguousarray(tree_offsets, dtype=np.int64)
+        self.feature = np.ascontiguousarray(feature, dtype=np.int32)
+        self.threshold_bin = np.ascontiguousarray(threshold_bin, dtype=np.int32)
+        self.threshold = np.ascontiguousarray(threshold, dtype=np.float64)
+        self.left = np.ascontiguousarray(left, dtype=np.int32)
+        self.right = np.ascontiguousarray(right, dtype=np.int32)
+        self.value = np.ascontiguousarray(value, dtype=np.float64)
+        self.n_node_samples = np.ascontiguousarray(n_node_samples, dtype=np.float64)
+        self.impurity_decrease = np.ascontiguousarray(impurity_decrease, dtype=np.float64)
+
+    @classmethod
+    def empty(cls, n_values):
+        """A forest of no trees."""
+        z = np.zeros(0)
+        return cls(np.zeros(1, np.int64), z, z, z, z, z, np.zeros((0, n_values)), z, z)
+
+    @property
+    def n_trees(self):
+        return len(self.tree_offsets) - 1
+
+    @property
+    def n_nodes(self):
+        return len(self.feature)
+
+    @property
+    def n_values(self):
+        return self.value.shape[1]
+
+    def node_counts(self):
+        """Nodes of every tree."""
+        return np.diff(self.tree_offsets)
+
+    def depths(self):
+        """Depth of every tree (a single leaf has depth 0)."""
+        result = np.zeros(self.n_trees, dtype=np.int64)
+        for t in range(self.n_trees):
+            start = self.tree_offsets[t]
+            left, right = self.left[start:self.tree_offsets[t + 1]], self.right[
+                start:self.tree_offsets[t + 1]]
+            depth = np.zeros(len(left), dtype=np.int64)
+            for node in range(len(left)):  # preorder: parents come first
+                if left[node] >= 0:
+                    depth[left[node]] = depth[right[node]] = depth[node] + 1
+            result[t] = depth.max() if len(depth) else 0
+        return result
+
+    def concatenate(self, other):
+        """This forest's trees followed by ``other``'s."""
+        offsets = np.concatenate([self.tree_offsets, other.tree_offsets[1:] + self.n_nodes])
+        return Forest(offsets, *(np.concatenate([getattr(self, name), getattr(other, name)])
+                                 for name in ("feature", "threshold_bin", "threshold", "left",
+                                              "right", "value", "n_node_samples",
+                                              "impurity_decrease")))
+
+    def mean_values(self, X):
+        """Mean over the trees of each row's leaf value: ndarray (n_rows, n_values)."""
+        out = np.empty((len(X), self.n_values), dtype=np.float64)
+        if len(X):
+            forest_mean_values(X, self.tree_offsets, self.feature, self.threshold, self.left,
+                               self.right, self.value, out)
+        return out
+
+    def feature_importances(self, n_features):
+        """Mean decrease in impurity: per tree normalised to sum 1, averaged, normalised."""
+        total = np.zeros(n_features, dtype=np.float64)
+        for t in range(self.n_trees):
+            nodes = slice(self.tree_offsets[t], self.tree_offsets[t + 1])
+            feature = self.feature[nodes]
+            split = feature >= 0
+            per_tree = np.bincount(feature[split], weights=self.impurity_decrease[nodes][split],
+                                   minlength=n_features)
+            if per_tree.sum() > 0:
+                total += per_tree / per_tree.sum()
+        return total / total.sum() if total.sum() > 0 else total
+
+    # -- serialisation --------------------------------------------------------------------
+    def state(self):
+        """The arrays, in a dict (no pickles)."""
+        return {"tree_offsets": self.tree_offsets, "feature": self.feature,
+                "threshold_bin": self.threshold_bin, "threshold": self.threshold,
+                "left": self.left, "right": self.right, "value": self.value,
+                "n_node_samples": self.n_node_samples,
+                "impurity_decrease": self.impurity_decrease}
+
+    @classmethod
+    def from_state(cls, state):
+        """Inverse of :meth:`state`."""
+        return cls(*(np.asarray(state[name]) for name in (
+            "tree_offsets", "feature", "threshold_bin", "threshold", "left", "right", "value",
+            "n_node_samples", "impurity_decrease")))
+
+    def to_vector(self):
+        """All arrays in one float64 vector: ``[n_trees, n_nodes, n_values, offsets, ...]``.
+
+        Integers are exact in float64 (they are far below 2**53).
+        """
+        parts = [np.array([self.n_trees, self.n_nodes, self.n_values], dtype=np.float64),
+                 self.tree_offsets, *(getattr(self, name) for name in _INT_FIELDS),
+                 *(getattr(self, name) for name in _FLOAT_FIELDS), self.value.ravel()]
+        return np.concatenate([np.asarray(p, dtype=np.float64) for p in parts])
+
+    @classmethod
+    def from_vector(cls, vector):
+        """Inverse of :meth:`to_vector`.
+
+        Raises
+        ------
+        ValueError
+            When the vector's length does not match its own header.
+        """
+        vector = np.asarray(vector, dtype=np.float64).ravel()
+        if len(vector) < 3:
+            raise ValueError(f"a forest vector has at least 3 values, got {len(vector)}")
+        n_trees, n_nodes, n_values = (int(v) for v in vector[:3])
+        expected = 3 + (n_trees + 1) + n_nodes * (len(_INT_FIELDS) + len(_FLOAT_FIELDS)
+                                                  + n_values)
+        if len(vector) != expected or min(n_trees, n_nodes, n_values) < 0:
+            raise ValueError(f"got {len(vector)} values; a forest of {n_trees} trees, "
+                             f"{n_nodes} nodes and {n_values} values per node has {expected}")
+        at = 3
+        offsets = vector[at:at + n_trees + 1].astype(np.int64)
+        at += n_trees + 1
+        fields = {}
+        for name in _INT_FIELDS + _FLOAT_FIELDS:
+            fields[name] = vector[at:at + n_nodes]
+            at += n_nodes
+        value = vector[at:].reshape(n_nodes, n_values)
+        return cls(offsets, fields["feature"], fields["threshold_bin"], fields["threshold"],
+                   fields["left"], fields["right"], value, fields["n_node_samples"],
+                   fields["impurity_decrease"])

@@ -8,7 +8,7 @@ __all__ = ["LAUNCHER_PREFIXES", "clean_environment", "rank_layout"]
 #: set in every rank; a child job started from inside a rank must not inherit
 #: them, or it would try to join the parent's job
 LAUNCHER_PREFIXES = (
-    "PMI_", "PMIX_", "HYDRA_", "MPIR_", "MPI_LOCAL", "OMPI_COMM_WORLD", "OMPI_UNIVERSE",
+    "PMI_", "PMIX_", "HYDRA_", "MPI_LOCAL", "OMPI_COMM_WORLD", "OMPI_UNIVERSE",
     "OMPI_APP_CTX", "OMPI_FIRST_RANKS", "OMPI_FILE_LOCATION", "OMPI_NUM_APP_CTX",
     "OMPI_ARGV", "OMPI_COMMAND", "OMPI_MCA_orte_", "OMPI_MCA_ess_", "OMPI_MCA_pmix",
     "OMPI_MCA_initial_wdir", "OMPI_MCA_mpi_oversubscribe", "OMPI_MCA_shmem_RUNTIME")

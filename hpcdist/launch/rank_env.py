@@ -69,8 +69,10 @@ def main(argv=None):
         if value is not None:
             env[name] = str(value)
     try:
-        # close_fds=False: Hydra's PMI talks to the rank over an inherited descriptor
-        child = subprocess.Popen(argv, env=env, close_fds=False,
+        # close_fds=False: Hydra's PMI talks to the rank over an inherited descriptor.
+        # A session of its own: a signal sent to the launcher's process group
+        # reaches the command once, through this wrapper, not twice.
+        child = subprocess.Popen(argv, env=env, close_fds=False, start_new_session=True,
                                  preexec_fn=_die_with_parent)
     except OSError as error:
         _record(rank, f"exit 127 ({error.strerror}: {argv[0]})")

@@ -26,6 +26,8 @@ __all__ = ["EXIT_RESUME", "RunResult", "Attempt", "choose_launcher", "build_comm
 
 #: exit code meaning "a checkpoint was written on a signal; start me again to resume"
 EXIT_RESUME = 75
+#: resumptions (exit 75 without a signal to the runner) before giving up
+MAX_RESUMES = 100
 LAUNCHERS = ("auto", "mpiexec", "srun")
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
@@ -189,6 +191,11 @@ def run_job(command, n, *, launcher="auto", max_restarts=0, backoff=1.0, max_bac
                 if forwarder.received:
                     print(f"[hpcdist run] {forwarder.received} received: the job wrote a "
                           "checkpoint; exiting with 75 so it can be resumed", file=log)
+                    break
+                resumes = sum(a.returncode == EXIT_RESUME for a in attempts)
+                if resumes >= MAX_RESUMES:
+                    print(f"[hpcdist run] the job asked to be resumed {resumes} times; "
+                          "giving up (is something sending it signals?)", file=log)
                     break
                 print("[hpcdist run] the job wrote a checkpoint and asked to be resumed "
                       "(exit 75); starting it again", file=log, flush=True)

@@ -1,37 +1,200 @@
-"""The SLURM templates parse, and their bodies run here with a faked allocation."""
+"""The SLURM templates parse, and their bodies run here with a faked allocation.
 
-import pathlib
+The requeue and resubmission templates are in test_resume.py; the fake
+allocation (srun/scontrol/sbatch/nvidia-smi shims) is in fake_slurm.py.
+"""
+
+import json
+import re
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests.helpers import subprocess_env
+from tests.helpers import mpiexec_path
+from tests.slurm.fake_slurm import FAKE_TRAINING, JOB_ID, TEMPLATES_DIR, FakeSlurm
 
-SLURM = pathlib.Path(__file__).resolve().parents[2] / "slurm"
-TEMPLATES = sorted(SLURM.glob("*.sbatch"))
+TEMPLATES = sorted(TEMPLATES_DIR.glob("*.sbatch"))
+SHELL_FILES = TEMPLATES + [TEMPLATES_DIR / "common.sh"]
 
 
-@pytest.mark.parametrize("template", TEMPLATES, ids=lambda p: p.name)
-def test_template_is_valid_bash(template):
-    completed = subprocess.run(["bash", "-n", str(template)], capture_output=True, text=True)
+def test_there_is_a_template_for_every_kind_of_job():
+    names = {path.name for path in TEMPLATES}
+    assert {"cpu_single_node.sbatch", "cpu_multi_node.sbatch", "gpu.sbatch",
+            "preemptible.sbatch", "sweep_array.sbatch", "chain.sbatch"} <= names
+
+
+@pytest.mark.parametrize("path", SHELL_FILES, ids=lambda p: p.name)
+def test_template_is_valid_bash(path):
+    completed = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
+@pytest.mark.parametrize("path", SHELL_FILES, ids=lambda p: p.name)
+def test_template_passes_shellcheck(path):
+    # slurm/.shellcheckrc makes shellcheck follow `source .../common.sh`
+    completed = subprocess.run(["shellcheck", str(path)], capture_output=True, text=True,
+                               cwd="/")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
 @pytest.mark.parametrize("template", TEMPLATES, ids=lambda p: p.name)
-def test_template_passes_shellcheck(template):
-    completed = subprocess.run(["shellcheck", str(template)], capture_output=True, text=True)
-    assert completed.returncode == 0, completed.stdout
+def test_template_has_usage_sources_common_and_sets_no_account(template):
+    text = template.read_text()
+    header = text.split("#SBATCH", 1)[0]
+    assert f"sbatch slurm/{template.name}" in header, "usage comment at the top"
+    assert re.search(r"^#SBATCH\s+(--account|--partition|-A|-p)\b", text, re.M) is None
+    assert 'source "${HPCDIST_SLURM_DIR:-${SLURM_SUBMIT_DIR:-$PWD}/slurm}/common.sh"' in text
+    assert "hpcdist_launch" in text
+
+
+def test_common_sh_refuses_to_run_on_its_own():
+    completed = subprocess.run(["bash", str(TEMPLATES_DIR / "common.sh")], capture_output=True,
+                               text=True)
+    assert completed.returncode == 1
+    assert "sourced" in completed.stderr
 
 
 def test_single_node_template_runs_hpcdist_info_on_every_task(tmp_path):
-    env = subprocess_env(SLURM_NTASKS="2", SLURM_CPUS_PER_TASK="1", SLURM_JOB_ID="4242",
-                         HPCDIST_VENV=str(pathlib.Path(sys.executable).parent.parent),
-                         TMPDIR=str(tmp_path))
-    completed = subprocess.run(["bash", str(SLURM / "cpu_single_node.sbatch")], env=env,
-                               capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "2 ranks x 1 threads" in completed.stdout
-    assert "world_size             2" in completed.stdout
+    slurm = FakeSlurm(tmp_path, ntasks=2)
+    completed = slurm.run("cpu_single_node.sbatch")
+    assert completed.returncode == 0, completed
+    assert "2 ranks x 1 threads" in completed.output
+    assert "launcher mpiexec" in completed.output
+    assert "world_size             2" in completed.output
+    assert slurm.calls("srun") == []  # Hydra's mpiexec, no PMI plugin
+
+
+def test_single_node_template_exits_with_the_job_s_exit_code(tmp_path):
+    completed = FakeSlurm(tmp_path).run("cpu_single_node.sbatch", sys.executable, FAKE_TRAINING,
+                                        "--exit", "3")
+    assert completed.returncode == 3, completed
+    assert "rank 0: exit 3" in completed.output  # hpcdist run says which rank failed
+
+
+def test_template_finds_common_sh_through_hpcdist_slurm_dir(tmp_path):
+    # submitted from a directory without slurm/: the spool copy cannot find common.sh ...
+    slurm = FakeSlurm(tmp_path, SLURM_SUBMIT_DIR=tmp_path)
+    completed = slurm.run("cpu_single_node.sbatch", "true")
+    assert completed.returncode != 0
+    assert f"{tmp_path}/slurm/common.sh: No such file" in completed.output
+    # ... unless HPCDIST_SLURM_DIR says where it is
+    completed = slurm.run("cpu_single_node.sbatch", "true", HPCDIST_SLURM_DIR=TEMPLATES_DIR)
+    assert completed.returncode == 0, completed
+
+
+def test_template_reports_a_missing_environment(tmp_path):
+    completed = FakeSlurm(tmp_path).run("cpu_single_node.sbatch", HPCDIST_VENV=tmp_path / "nope")
+    assert completed.returncode == 1
+    assert f"HPCDIST_VENV={tmp_path}/nope has no bin/hpcdist" in completed.output
+
+
+def _srun_mpi_plugin():
+    """What common.sh should pick for this environment's MPI."""
+    version = subprocess.run([mpiexec_path(), "--version"], capture_output=True,
+                             text=True).stdout
+    return "pmix" if ("Open MPI" in version or "OpenRTE" in version) else "pmi2"
+
+
+def test_multi_node_template_runs_hpcdist_info_through_srun(tmp_path):
+    slurm = FakeSlurm(tmp_path, ntasks=2, nodes=2)
+    completed = slurm.run("cpu_multi_node.sbatch")
+    assert completed.returncode == 0, completed
+    assert "2 ranks x 1 threads on 2 node(s)" in completed.output
+    assert "world_size             2" in completed.output
+    [srun] = slurm.calls("srun")
+    assert srun["argv"][:3] == [f"--mpi={_srun_mpi_plugin()}", "-n", "2"]
+
+
+def test_multi_node_template_takes_the_plugin_and_launcher_from_the_environment(tmp_path):
+    slurm = FakeSlurm(tmp_path, ntasks=2, nodes=2)
+    command = [sys.executable, FAKE_TRAINING]
+    completed = slurm.run("cpu_multi_node.sbatch", *command, HPCDIST_SRUN_MPI="pmix",
+                          HPCDIST_LAUNCHER_ARGS="--kill-on-bad-exit=1 --cpu-bind=cores")
+    assert completed.returncode == 0, completed
+    assert slurm.calls("srun")[0]["argv"][:5] == [
+        "--mpi=pmix", "--kill-on-bad-exit=1", "--cpu-bind=cores", "-n", "2"]
+    # srun reads SLURM_MPI_TYPE itself: no --mpi then
+    completed = slurm.run("cpu_multi_node.sbatch", *command, SLURM_MPI_TYPE="pmi2")
+    assert completed.returncode == 0, completed
+    assert slurm.calls("srun")[1]["argv"][:2] == ["-n", "2"]
+    # the fallback: the environment's mpiexec inside the allocation, no srun
+    completed = slurm.run("cpu_multi_node.sbatch", *command, HPCDIST_LAUNCHER="mpiexec")
+    assert completed.returncode == 0, completed
+    assert completed.output.count("[fake rank") >= 2 * 2
+    assert len(slurm.calls("srun")) == 2
+
+
+GPU_VARIABLES = ("HPCDIST_CUDA_AWARE", "CUDA_VISIBLE_DEVICES",
+                 "LOCAL_RANK", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                 "NUMBA_NUM_THREADS", "SRUN_CPUS_PER_TASK", "NUMBA_CACHE_DIR",
+                 "HDF5_USE_FILE_LOCKING", "HPCDIST_STALL_TIMEOUT")
+
+
+def _printed(output, rank, name):
+    match = re.search(rf"^\[fake rank {rank}\] {name}=(.*)$", output, re.M)
+    assert match, f"rank {rank} printed no {name}:\n{output}"
+    return match.group(1)
+
+
+def test_gpu_template_sets_one_rank_per_gpu_and_cuda_variables(tmp_path):
+    slurm = FakeSlurm(tmp_path, ntasks=2, cpus_per_task=3, gpus=2)
+    completed = slurm.run("gpu.sbatch", sys.executable, FAKE_TRAINING,
+                          "--print-env", ",".join(GPU_VARIABLES),
+                          CUDA_VISIBLE_DEVICES="0,1")
+    assert completed.returncode == 0, completed
+    assert "GPUs per node: 2; ranks per node: 2; CUDA_VISIBLE_DEVICES=0,1" in completed.output
+    assert "warning" not in completed.output
+    assert slurm.calls("nvidia-smi")  # no SLURM_GPUS_ON_NODE: counted with nvidia-smi
+    for rank in (0, 1):
+        value = lambda name: _printed(completed.output, rank, name)  # noqa: E731
+        assert value("HPCDIST_CUDA_AWARE") == "auto"
+        assert value("CUDA_VISIBLE_DEVICES") == "0,1"  # left to Slurm: hpcdist picks by local rank
+        assert value("LOCAL_RANK") == str(rank)
+        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                     "NUMBA_NUM_THREADS", "SRUN_CPUS_PER_TASK"):
+            assert value(name) == "3", name
+        assert value("NUMBA_CACHE_DIR") == f"{tmp_path}/hpcdist-numba-{JOB_ID}"
+        assert value("HDF5_USE_FILE_LOCKING") == "FALSE"
+        assert value("HPCDIST_STALL_TIMEOUT") == "600"
+
+
+def test_gpu_template_warns_when_ranks_share_a_gpu(tmp_path):
+    slurm = FakeSlurm(tmp_path, ntasks=2, SLURM_GPUS_ON_NODE=1, HPCDIST_CUDA_AWARE=0)
+    completed = slurm.run("gpu.sbatch", sys.executable, FAKE_TRAINING,
+                          "--print-env", "HPCDIST_CUDA_AWARE")
+    assert completed.returncode == 0, completed
+    assert "warning: 2 ranks share 1 GPU(s) per node" in completed.output
+    assert _printed(completed.output, 0, "HPCDIST_CUDA_AWARE") == "0"  # the user's choice stays
+
+
+def test_gpu_template_fails_without_gpus(tmp_path):
+    slurm = FakeSlurm(tmp_path, ntasks=2, gpus=0)
+    completed = slurm.run("gpu.sbatch", sys.executable, FAKE_TRAINING)
+    assert completed.returncode == 1
+    assert "no GPU in this allocation" in completed.output
+    assert slurm.calls("srun") == []
+
+
+def test_array_template_runs_the_parameter_set_of_its_task(tmp_path):
+    slurm = FakeSlurm(tmp_path, ntasks=2, SLURM_ARRAY_TASK_ID=1, SLURM_ARRAY_JOB_ID=4240)
+    completed = slurm.run("sweep_array.sbatch", sys.executable, FAKE_TRAINING, "--seconds", "0")
+    assert completed.returncode == 0, completed
+    task = tmp_path / "sweeps" / "4240" / "task-1"
+    expected = ["--seconds", "0", "--hidden-layer-sizes", "128", "--learning-rate-init", "0.001",
+                "--checkpoint-dir", f"{task}/checkpoint", "--output", f"{task}/metrics.json"]
+    for rank in (0, 1):
+        assert f"[fake rank {rank}] args {json.dumps(expected)}" in completed.output
+    assert (task / "checkpoint").is_dir()
+    assert "--hidden-layer-sizes 128" in (task / "parameters.txt").read_text()
+    assert (task / "metrics.json").exists()
+
+
+def test_array_template_rejects_a_task_without_parameter_set(tmp_path):
+    slurm = FakeSlurm(tmp_path, SLURM_ARRAY_TASK_ID=4, SLURM_ARRAY_JOB_ID=4240)
+    completed = slurm.run("sweep_array.sbatch", sys.executable, FAKE_TRAINING)
+    assert completed.returncode == 1
+    assert "array task 4 has no parameter set" in completed.output
+    assert "--array=0-3" in completed.output

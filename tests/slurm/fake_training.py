@@ -1,0 +1,70 @@
+"""A stand-in for ``hpcdist train`` in the SLURM template tests.
+
+Every rank prints its arguments (and the variables named by ``--print-env``),
+installs handlers for SIGUSR1 and SIGTERM, says it is ready by creating
+``$FAKE_READY_DIR/rank-R``, and "trains" for ``--seconds``. Like hpcdist's
+training loops, the handler only sets a flag; at the next step boundary the
+rank writes ``checkpoint-R`` into ``--checkpoint-dir`` and exits with 75.
+Without a signal it writes ``--output`` (rank 0) and exits with ``--exit``.
+It never imports MPI, so it starts in a fraction of a second.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+EXIT_RESUME = 75
+STEP_SECONDS = 0.05
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=0.0, help="how long to train")
+    parser.add_argument("--exit", type=int, default=0, help="exit code without a signal")
+    parser.add_argument("--print-env", default="", help="comma-separated variable names")
+    parser.add_argument("--checkpoint-dir")
+    parser.add_argument("--output")
+    args, _ = parser.parse_known_args()
+    rank = os.environ.get("RANK") or os.environ.get("PMI_RANK") or "0"
+    received = []
+
+    def stop(signum, _frame):
+        received.append(signal.Signals(signum).name)
+
+    for signum in (signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(signum, stop)
+    print(f"[fake rank {rank}] args {json.dumps(sys.argv[1:])}", flush=True)
+    for name in filter(None, args.print_env.split(",")):
+        print(f"[fake rank {rank}] {name}={os.environ.get(name, '<unset>')}", flush=True)
+    if args.checkpoint_dir:
+        os.makedirs(args.checkpoint_dir, exist_ok=True)
+    if os.environ.get("FAKE_READY_DIR"):
+        with open(os.path.join(os.environ["FAKE_READY_DIR"], f"rank-{rank}"), "w"):
+            pass
+
+    deadline = time.monotonic() + args.seconds
+    while time.monotonic() < deadline:
+        if received:  # a step boundary: checkpoint and ask to be resumed
+            # the launcher and hpcdist's rank wrapper both deliver the signal;
+            # a copy arriving while Python shuts down must not kill the rank
+            for signum in (signal.SIGUSR1, signal.SIGTERM):
+                signal.signal(signum, signal.SIG_IGN)
+            if args.checkpoint_dir:
+                with open(os.path.join(args.checkpoint_dir, f"checkpoint-{rank}"), "w") as f:
+                    f.write(received[0])
+            print(f"[fake rank {rank}] got {received[0]}: checkpoint written, exit 75",
+                  flush=True)
+            return EXIT_RESUME
+        time.sleep(STEP_SECONDS)
+    if args.output and rank == "0":
+        with open(args.output, "w") as f:
+            json.dump({"args": sys.argv[1:]}, f)
+    print(f"[fake rank {rank}] done, exit {args.exit}", flush=True)
+    return args.exit
+
+
+if __name__ == "__main__":
+    sys.exit(main())

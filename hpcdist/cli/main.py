@@ -13,10 +13,13 @@ __all__ = ["main", "build_parser"]
 #: benchmark name -> module with a ``main(argv)``
 BENCHMARKS = {"collectives": "hpcdist.bench.collectives",
               "compression": "hpcdist.bench.compression",
-              "mlp": "hpcdist.bench.mlp"}
+              "mlp": "hpcdist.bench.mlp",
+              "kmeans": "hpcdist.bench.kmeans",
+              "forest": "hpcdist.bench.forest",
+              "checkpoint": "hpcdist.bench.checkpoint"}
 #: benchmarks that start one mpiexec job per rank count themselves: ``-n N``
 #: becomes ``--ranks 1,N`` (measured at 1 rank and at N ranks)
-SELF_LAUNCHING = {"mlp"}
+SELF_LAUNCHING = {"mlp", "kmeans", "forest", "checkpoint"}
 
 
 def build_parser():

@@ -4,6 +4,9 @@
 rank; ``score`` is global.
 """
 
+from .kmeans import KMeans
+from .forest import RandomForestClassifier, RandomForestRegressor
 from .mlp import MLPClassifier, MLPRegressor
 
-__all__ = ["MLPClassifier", "MLPRegressor"]
+__all__ = ["KMeans", "MLPClassifier", "MLPRegressor", "RandomForestClassifier",
+           "RandomForestRegressor"]

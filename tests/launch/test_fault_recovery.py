@@ -1,6 +1,5 @@
 """End-to-end recovery: a rank killed mid-training, or the job stopped by SIGUSR1, resumes
 from its checkpoint under ``hpcdist run`` and ends with the uninterrupted run's model."""
-import os
 import random
 import signal
 import subprocess

@@ -7,8 +7,8 @@ they do not depend on the number of ranks.
 
 Per feature, as scikit-learn's ``HistGradientBoosting``: with at most
 ``max_bins`` distinct sampled values the edges are the midpoints between
-consecutive ones (exact binning); otherwise the midpoint-percentiles at
-``max_bins`` equal steps, duplicates dropped. ``bin(x)`` is the number of
+consecutive ones (exact binning); otherwise the sample's quantiles at
+``max_bins`` equal steps (midpoint interpolation), duplicates dropped. ``bin(x)`` is the number of
 edges below ``x``, so ``bin(x) <= t`` exactly when ``x <= edges[t]``: a split
 on bins is a split on raw values at ``edges[t]``, and prediction compares raw
 values with that threshold.
@@ -16,6 +16,7 @@ values with that threshold.
 import numpy as np
 
 from ...comm.movement import allgather
+from ...comm.objects import allgather_object
 from ...kernels.trees import bin_columns
 from .sampling import row_sample
 
@@ -63,15 +64,23 @@ class BinEdges:
 
 
 def _feature_edges(column, max_bins):
-    distinct = np.unique(column)
+    """Edges of one feature from its sorted sample."""
+    if len(column) == 0:
+        return np.empty(0)
+    distinct = column[np.concatenate([[True], column[1:] != column[:-1]])]
     if len(distinct) <= max_bins:
         return 0.5 * distinct[:-1] + 0.5 * distinct[1:]
-    percentiles = np.linspace(0, 100, max_bins + 1)[1:-1]
-    return np.unique(np.percentile(column, percentiles, method="midpoint"))
+    position = np.arange(1, max_bins) * (len(column) - 1) / max_bins
+    low = column[np.floor(position).astype(np.int64)]
+    high = column[np.ceil(position).astype(np.int64)]
+    return np.unique(0.5 * low + 0.5 * high)
 
 
 def find_bin_edges(ctx, X, global_index, n_global, max_bins, seed, sample_size=SAMPLE_SIZE):
     """Bin edges from a rank-count independent sample of all ranks' rows (collective).
+
+    The sample is gathered on every rank; each rank places the edges of
+    every ``size``-th feature and the edges are shared.
 
     Parameters
     ----------
@@ -91,9 +100,15 @@ def find_bin_edges(ctx, X, global_index, n_global, max_bins, seed, sample_size=S
     """
     mask = row_sample(seed, global_index, n_global, sample_size)
     sample = np.ascontiguousarray(X[mask], dtype=np.float64)
+    n_features = X.shape[1]
     if ctx.size > 1:
         sample = allgather(sample, ctx=ctx)
-    edges = [_feature_edges(sample[:, f], max_bins) for f in range(X.shape[1])]
-    offsets = np.zeros(X.shape[1] + 1, dtype=np.int64)
+    mine = {f: _feature_edges(np.sort(sample[:, f]), max_bins)
+            for f in range(ctx.rank, n_features, ctx.size)}
+    if ctx.size > 1:
+        for theirs in allgather_object(mine, ctx=ctx):
+            mine.update(theirs)
+    edges = [mine[f] for f in range(n_features)]
+    offsets = np.zeros(n_features + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(e) for e in edges])
     return BinEdges(np.concatenate(edges) if edges else np.empty(0), offsets)

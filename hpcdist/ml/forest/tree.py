@@ -26,7 +26,7 @@ class Forest:
     threshold_bin : ndarray of int32, shape (n_nodes,)
         Split bin, -1 at leaves.
     threshold : ndarray of float64, shape (n_nodes,)
-        Split value (the bin's upper edge), NaN at leaves.
+        Split value (the bin's upper edge), 0 at leaves.
     left, right : ndarray of int32, shape (n_nodes,)
         Children, -1 at leaves.
     value : ndarray of float64, shape (n_nodes, n_values)
@@ -76,15 +76,14 @@ class Forest:
     def depths(self):
         """Depth of every tree (a single leaf has depth 0)."""
         result = np.zeros(self.n_trees, dtype=np.int64)
-        for t in range(self.n_trees):
-            start = self.tree_offsets[t]
-            left, right = self.left[start:self.tree_offsets[t + 1]], self.right[
-                start:self.tree_offsets[t + 1]]
-            depth = np.zeros(len(left), dtype=np.int64)
-            for node in range(len(left)):  # preorder: parents come first
-                if left[node] >= 0:
-                    depth[left[node]] = depth[right[node]] = depth[node] + 1
-            result[t] = depth.max() if len(depth) else 0
+        tree_of = np.repeat(np.arange(self.n_trees), self.node_counts())
+        nodes, depth = self.tree_offsets[:-1].copy(), 0
+        while len(nodes):
+            np.maximum.at(result, tree_of[nodes], depth)
+            internal = nodes[self.feature[nodes] >= 0]
+            start = self.tree_offsets[tree_of[internal]]
+            nodes = np.concatenate([start + self.left[internal], start + self.right[internal]])
+            depth += 1
         return result
 
     def concatenate(self, other):

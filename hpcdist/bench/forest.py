@@ -1,0 +1,454 @@
+"""``hpcdist bench forest``: random forest fit time, hpcdist against scikit-learn.
+
+Data: ``hpcdist.data.make_classification`` with 250,000 x 32 rows
+(``--train`` + ``--test``; 3 classes, 6 informative and 6 redundant
+features, ``class_sep=0.8``), generated per rank (each rank makes only its
+own rows). Every fifth row (``--test`` rows spread evenly over the global
+order) is held out, so the ranks train on balanced shares.
+Forest: ``--trees`` (100) trees, ``max_depth`` ``--max-depth`` (16),
+``max_features="sqrt"``, ``random_state=0``, everything else default, for
+hpcdist's ``RandomForestClassifier`` and scikit-learn's.
+
+Rank counts. Each rank count is its own ``mpiexec -n N`` job::
+
+    python benchmarks/bench_forest.py                 # jobs at 1 and 2 ranks, merged
+    hpcdist bench forest [-n N]                        # the same, at 1 and N ranks
+    python -m hpcdist.bench.forest --ranks 1,2,4       # any list of rank counts
+    mpiexec -n 2 python -m hpcdist.bench.forest        # one job, this rank count only
+
+Outside ``mpiexec``, :func:`main` launches one job per rank count in
+``--ranks`` (one after the other) and merges their reports.
+
+Baselines. scikit-learn's ``RandomForestClassifier(n_jobs=cores)`` (and
+scikit-learn-intelex's, when ``sklearnex`` is importable) run in the
+1-rank job, on the same (gathered) training rows, interleaved with
+hpcdist's 1-rank fits: at more ranks the other ranks would busy-wait in MPI
+and steal the baseline's cores. The 2-rank comparison uses those times.
+
+Threads: ``hpcdist.init()`` gives every rank ``cores // ranks`` Numba
+threads (2 at 1 rank, 1 per rank at 2 ranks on 2 cores) unless
+``NUMBA_NUM_THREADS`` / ``OMP_NUM_THREADS`` is set (then honoured: do not
+set them to 1 for this benchmark). The counts are in the JSON.
+
+Timing: one warm-up fit on a small sample loads the Numba kernels; then
+``--repetitions`` rounds, each timing one fit of every implementation of the
+job (the first rotates). A fit's time is the slowest rank's (barrier
+before, ``allreduce`` of the times after). Reported: medians, held-out
+accuracies, and a checksum of the forest (the same at every rank count).
+
+Targets (issue 6): at 2 ranks, hpcdist's fit at least 2x faster than
+scikit-learn's with ``n_jobs=cores``, and held-out accuracy within one point
+of scikit-learn's. The summary says PASS, MISS or n/a for each.
+
+Output: a table per rank count and a summary on rank 0 (or the launching
+process), ``<output-dir>/<name>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .common import load_average, machine_info, package_version, write_report
+
+__all__ = ["main", "DATA", "TARGET_SPEEDUP", "TARGET_ACCURACY_GAP"]
+
+DATA = {"n_features": 32, "n_classes": 3, "n_informative": 6, "n_redundant": 6,
+        "class_sep": 0.8, "random_state": 0}
+DEFAULTS = {"train": 200_000, "test": 50_000, "trees": 100, "max_depth": 16,
+            "repetitions": 3, "baseline_repetitions": 1}
+QUICK = {"train": 4_000, "test": 1_000, "trees": 8, "max_depth": 8, "repetitions": 1,
+         "baseline_repetitions": 1}
+DEFAULT_RANKS = (1, 2)
+
+TARGET_SPEEDUP = 2.0        # scikit-learn fit seconds / hpcdist's, at least (at 2 ranks)
+TARGET_ACCURACY_GAP = 0.01  # hpcdist accuracy >= scikit-learn's - this (at 2 ranks)
+TARGET_RANKS = 2
+
+
+# -- arguments ------------------------------------------------------------------------------
+
+def _int_list(text):
+    try:
+        values = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        values = []
+    if not values or values[0] < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} should be a comma list of positive "
+                                         "integers, e.g. 1,2")
+    return values
+
+
+def _build_parser():
+    parser = argparse.ArgumentParser(
+        prog="hpcdist bench forest",
+        description="Fit seconds and held-out accuracy of a 100-tree random forest on "
+                    "200,000 x 32 generated rows: hpcdist at each rank count against "
+                    "scikit-learn (and scikit-learn-intelex) with n_jobs=cores. Outside "
+                    "mpiexec it launches one job per rank count.")
+    parser.add_argument("--ranks", type=_int_list, default=list(DEFAULT_RANKS),
+                        help="rank counts, one mpiexec job each, when not started under "
+                             "mpiexec (default 1,2)")
+    for name, help_text in (("train", "training rows"), ("test", "held-out rows"),
+                            ("trees", "trees per forest"), ("max-depth", "max_depth"),
+                            ("repetitions", "timed hpcdist fits per job"),
+                            ("baseline-repetitions", "timed fits of each baseline")):
+        key = name.replace("-", "_")
+        parser.add_argument(f"--{name}", type=int,
+                            help=f"{help_text} (default {DEFAULTS[key]}; {QUICK[key]} with "
+                                 "--quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny run for tests: 4,000 rows, 8 trees of depth 8, 1 repetition")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="leave scikit-learn and scikit-learn-intelex out")
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks") / "results",
+                        help="where NAME.json goes (default: ./benchmarks/results)")
+    parser.add_argument("--name", default="forest",
+                        help="file name stem of the output (default: forest)")
+    parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)  # a job's own JSON
+    return parser
+
+
+def _parse_args(argv):
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    defaults = QUICK if args.quick else DEFAULTS
+    for key in DEFAULTS:
+        if getattr(args, key) is None:
+            setattr(args, key, defaults[key])
+        elif getattr(args, key) < (0 if key == "baseline_repetitions" else 1):
+            parser.error(f"--{key.replace('_', '-')}={getattr(args, key)} should be >= 1")
+    return args
+
+
+# -- one job ----------------------------------------------------------------------------------
+
+def _local_data(ctx, args):
+    """This rank's training and held-out rows.
+
+    Global row ``g`` of the ``train + test`` rows is held out when
+    ``floor((g + 1) * test / n) > floor(g * test / n)``: exactly ``test`` rows,
+    spread evenly, so every rank trains on its balanced share.
+    """
+    from ..data import DataPartitioner, make_classification
+
+    n = args.train + args.test
+    X, y = make_classification(n, ctx=ctx, **DATA)
+    start, stop = DataPartitioner(n, ctx.size).get_partition(ctx.rank)
+    g = np.arange(start, stop, dtype=np.int64)
+    held_out = (g + 1) * args.test // n > g * args.test // n
+    return X[~held_out], y[~held_out], X[held_out], y[held_out]
+
+
+def _checksum(vector):
+    return hashlib.sha256(np.ascontiguousarray(vector, dtype=np.float64).tobytes()).hexdigest()
+
+
+def _numba_threads():
+    import numba
+    return numba.get_num_threads()
+
+
+class _Hpcdist:
+    name = "hpcdist"
+
+    def __init__(self, ctx, args, data):
+        self.ctx, self.args, self.data = ctx, args, data
+        self.model = None
+
+    def _estimator(self, trees, depth):
+        from ..ml import RandomForestClassifier
+        return RandomForestClassifier(trees, max_depth=depth, random_state=0, comm=self.ctx)
+
+    def warm_up(self):
+        X, y = self.data[0][:500], self.data[1][:500]
+        self._estimator(2, 4).fit(X, y)
+
+    def fit(self):
+        self.model = self._estimator(self.args.trees, self.args.max_depth).fit(*self.data[:2])
+
+    def accuracy(self):
+        return self.model.score(*self.data[2:])  # global
+
+
+class _Sklearn:
+    """A scikit-learn-compatible forest on the gathered rows (the 1-rank job only)."""
+
+    def __init__(self, name, cls, args, data):
+        self.name, self.cls, self.args, self.data = name, cls, args, data
+        self.n_jobs = os.cpu_count() or 1
+        self.model = None
+
+    def warm_up(self):
+        self.cls(2, max_depth=4, n_jobs=self.n_jobs, random_state=0).fit(self.data[0][:500],
+                                                                      self.data[1][:500])
+
+    def fit(self):
+        self.model = self.cls(self.args.trees, max_depth=self.args.max_depth,
+                              n_jobs=self.n_jobs, random_state=0).fit(*self.data[:2])
+
+    def accuracy(self):
+        return float(self.model.score(*self.data[2:]))
+
+
+def _baselines(args, data):
+    """scikit-learn, and scikit-learn-intelex when importable; notes on what is left out."""
+    if args.no_baseline:
+        return [], {"scikit-learn": "left out (--no-baseline)",
+                    "scikit-learn-intelex": "left out (--no-baseline)"}
+    from sklearn.ensemble import RandomForestClassifier
+    cases = [_Sklearn("scikit-learn", RandomForestClassifier, args, data)]
+    notes = {}
+    try:
+        from sklearnex.ensemble import RandomForestClassifier as IntelexForest
+    except ImportError:
+        notes["scikit-learn-intelex"] = "not installed (pip install scikit-learn-intelex)"
+    else:
+        cases.append(_Sklearn("scikit-learn-intelex", IntelexForest, args, data))
+    return cases, notes
+
+
+def _timed(ctx, case):
+    """Seconds of one fit: the slowest rank's."""
+    from ..comm.reductions import allreduce
+
+    ctx.barrier()
+    start = time.perf_counter()
+    case.fit()
+    elapsed = time.perf_counter() - start
+    return float(allreduce(elapsed, op="max", ctx=ctx)) if ctx.size > 1 else elapsed
+
+
+def _measure_job(args):
+    """Measure at this job's rank count; returns the record on rank 0, else None."""
+    import hpcdist
+
+    ctx = hpcdist.init()
+    ctx.check = False
+    load_before = load_average()
+    X, y, X_test, y_test = _local_data(ctx, args)
+    ours = _Hpcdist(ctx, args, (X, y, X_test, y_test))
+    cases, notes = [ours], {}
+    if ctx.size == 1:
+        baselines, notes = _baselines(args, (X, y, X_test, y_test))
+        cases += baselines
+    elif not args.no_baseline:
+        notes = {"scikit-learn": "measured in the 1-rank job"}
+    for case in cases:
+        case.warm_up()
+    seconds = {case.name: [] for case in cases}
+    rounds = max(args.repetitions, args.baseline_repetitions if len(cases) > 1 else 0)
+    for round_ in range(rounds):
+        first = round_ % len(cases)
+        for case in cases[first:] + cases[:first]:
+            wanted = args.repetitions if case is ours else args.baseline_repetitions
+            if len(seconds[case.name]) < wanted:
+                seconds[case.name].append(_timed(ctx, case))
+    records = {}
+    for case in cases:
+        records[case.name] = {"fit_seconds": seconds[case.name],
+                              "median_fit_seconds": float(np.median(seconds[case.name])),
+                              "accuracy": case.accuracy()}
+        if case is not ours:
+            records[case.name]["n_jobs"] = case.n_jobs
+            records[case.name]["version"] = package_version(
+                "sklearn" if case.name == "scikit-learn" else "sklearnex")
+    forest = ours.model.forest_
+    records["hpcdist"].update({
+        "numba_threads_per_rank": _numba_threads(), "nodes": int(forest.n_nodes),
+        "mean_depth": float(forest.depths().mean()),
+        "forest_sha256": _checksum(ours.model.get_parameters()),
+        "communication": {name: {"calls": entry["calls"], "bytes_sent": entry["bytes_sent"]}
+                          for name, entry in ctx.stats().items()}})
+    from mpi4py import MPI
+    machine = machine_info(MPI.COMM_WORLD, load_average_before=load_before,
+                           load_average_after=load_average())
+    run = {"ranks": ctx.size, "train_rows": args.train, "test_rows": args.test,
+           "local_train_rows": int(len(X)), "cases": records, "baseline_notes": notes,
+           "machine": machine}
+    return run if ctx.rank == 0 else None
+
+
+# -- launching one job per rank count -----------------------------------------------------------
+
+def _launch_jobs(argv, args):
+    """One ``mpiexec -n N`` job per rank count; their records by rank count, or an exit code."""
+    from ..cli.launcher import find_mpiexec
+
+    env = os.environ.copy()
+    source = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([source] + ([env["PYTHONPATH"]]
+                                                    if env.get("PYTHONPATH") else []))
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="hpcdist-bench-forest-") as tmp:
+        for n in args.ranks:
+            part = Path(tmp) / f"ranks{n}.json"
+            command = [find_mpiexec(), "-n", str(n), sys.executable, "-m",
+                       "hpcdist.bench.forest", *argv, "--part", str(part)]
+            print("+ " + " ".join(command), flush=True)
+            code = subprocess.call(command, env=env)
+            if code != 0:
+                print(f"hpcdist bench forest: the job at {n} ranks failed (exit status {code})",
+                      file=sys.stderr, flush=True)
+                return code
+            runs[n] = json.loads(part.read_text())
+    return runs
+
+
+# -- report -----------------------------------------------------------------------------------
+
+def _run_text(run):
+    ours = run["cases"]["hpcdist"]
+    lines = [f"\n{run['ranks']} rank(s): {run['train_rows']} training rows "
+             f"({run['local_train_rows']} on rank 0), {run['test_rows']} held out; "
+             f"{ours['numba_threads_per_rank']} Numba thread(s) per rank",
+             f"  {'implementation':22s} {'fit s (median)':>15s} {'accuracy':>9s}"]
+    for name, record in run["cases"].items():
+        jobs = f" (n_jobs={record['n_jobs']})" if "n_jobs" in record else ""
+        lines.append(f"  {name + jobs:22s} {record['median_fit_seconds']:15.2f} "
+                     f"{record['accuracy']:9.4f}")
+    for name, note in run.get("baseline_notes", {}).items():
+        lines.append(f"  {name}: {note}")
+    lines.append(f"  forest: {ours['nodes']} nodes, mean depth {ours['mean_depth']:.1f}, "
+                 f"sha256 {ours['forest_sha256'][:16]}")
+    return "\n".join(lines)
+
+
+def _status(passed):
+    return "PASS" if passed else "MISS"
+
+
+def _summarize(runs):
+    """Ratios against the 1-rank job's baselines, and PASS/MISS/n/a for each target."""
+    baseline = runs.get(1, {}).get("cases", {}).get("scikit-learn")
+    comparisons = {}
+    for n, run in sorted(runs.items()):
+        ours = run["cases"]["hpcdist"]
+        entry = {"hpcdist_fit_seconds": ours["median_fit_seconds"],
+                 "hpcdist_accuracy": ours["accuracy"]}
+        for name in ("scikit-learn", "scikit-learn-intelex"):
+            other = runs.get(1, {}).get("cases", {}).get(name)
+            if other is not None:
+                entry[f"speedup_vs_{name}"] = (other["median_fit_seconds"]
+                                               / ours["median_fit_seconds"])
+                entry[f"accuracy_minus_{name}"] = ours["accuracy"] - other["accuracy"]
+        comparisons[str(n)] = entry
+    target = runs.get(TARGET_RANKS)
+    speedup = gap = None
+    if target is not None and baseline is not None:
+        speedup = baseline["median_fit_seconds"] / target["cases"]["hpcdist"][
+            "median_fit_seconds"]
+        gap = target["cases"]["hpcdist"]["accuracy"] - baseline["accuracy"]
+    checksums = {run["cases"]["hpcdist"]["forest_sha256"] for run in runs.values()}
+    summary = {
+        f"fit_speedup_vs_sklearn_at_{TARGET_RANKS}_ranks": {
+            "ratio": "scikit-learn fit seconds (n_jobs=cores) / hpcdist fit seconds",
+            "target": f">= {TARGET_SPEEDUP:g}", "value": speedup,
+            "status": "n/a" if speedup is None else _status(speedup >= TARGET_SPEEDUP)},
+        f"accuracy_vs_sklearn_at_{TARGET_RANKS}_ranks": {
+            "ratio": "hpcdist held-out accuracy - scikit-learn's",
+            "target": f">= -{TARGET_ACCURACY_GAP:g}", "value": gap,
+            "status": "n/a" if gap is None else _status(gap >= -TARGET_ACCURACY_GAP)},
+    }
+    return summary, comparisons, len(checksums) == 1
+
+
+def _summary_text(summary, comparisons, identical):
+    lines = ["\nComparisons (baselines from the 1-rank job):"]
+    for n, entry in comparisons.items():
+        parts = [f"hpcdist {entry['hpcdist_fit_seconds']:.2f} s, acc "
+                 f"{entry['hpcdist_accuracy']:.4f}"]
+        for key, value in entry.items():
+            if key.startswith("speedup_vs_"):
+                parts.append(f"{value:.2f}x faster than {key[len('speedup_vs_'):]}")
+            elif key.startswith("accuracy_minus_"):
+                parts.append(f"accuracy {value:+.4f} vs {key[len('accuracy_minus_'):]}")
+        lines.append(f"  {n} rank(s): " + "; ".join(parts))
+    lines.append(f"  forest identical at every rank count: {identical}")
+    lines.append("\nSummary (targets of issue 6):")
+    for name, entry in summary.items():
+        value = "not measured" if entry["value"] is None else f"{entry['value']:.3f}"
+        lines.append(f"  {name:36s} {value:>12s}  target {entry['target']:7s} "
+                     f"{entry['status']}")
+    return "\n".join(lines)
+
+
+def _settings(args):
+    return {"data": dict(DATA, generator="hpcdist.data.make_classification",
+                         train_rows=args.train, test_rows=args.test,
+                         split="test_rows rows spread evenly over the global order are held out"),
+            "forest": {"n_estimators": args.trees, "max_depth": args.max_depth,
+                       "max_features": "sqrt", "random_state": 0},
+            "rank_counts": list(args.ranks), "repetitions": args.repetitions,
+            "baseline_repetitions": args.baseline_repetitions, "quick": args.quick,
+            "timing": "one mpiexec job per rank count; warm-up fit, then rounds timing one fit "
+                      "of every implementation (first rotating); a fit's time is the slowest "
+                      "rank's; baselines run in the 1-rank job with n_jobs=cores",
+            "targets": {f"scikit-learn / hpcdist fit seconds at {TARGET_RANKS} ranks":
+                        f">= {TARGET_SPEEDUP:g}",
+                        f"hpcdist - scikit-learn held-out accuracy at {TARGET_RANKS} ranks":
+                        f">= -{TARGET_ACCURACY_GAP:g}"}}
+
+
+def _write_report(runs, args):
+    summary, comparisons, identical = _summarize(runs)
+    print(_summary_text(summary, comparisons, identical), flush=True)
+    largest = runs[max(runs)]
+    report = {"benchmark": "forest", "machine": largest["machine"], "settings": _settings(args),
+              "runs": {str(n): run for n, run in sorted(runs.items())},
+              "comparisons": comparisons, "forest_identical_across_rank_counts": identical,
+              "summary": summary}
+    write_report(report, args.output_dir, args.name)
+
+
+# -- main -------------------------------------------------------------------------------------
+
+def main(argv=None):
+    """Run the random forest benchmark; see the module docstring.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Command-line arguments without the program name (default
+        ``sys.argv[1:]``); ``--help`` lists them.
+
+    Returns
+    -------
+    int
+        Exit status, 0 on success.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parse_args(argv)
+    from ..cli.launcher import under_mpi_launcher
+
+    if not under_mpi_launcher():
+        runs = _launch_jobs(argv, args)
+        if isinstance(runs, int):
+            return runs
+        print("\n" + "=" * 72 + "\nhpcdist random forest benchmark", flush=True)
+        for run in runs.values():
+            print(_run_text(run), flush=True)
+        _write_report(runs, args)
+        return 0
+    run = _measure_job(args)
+    if run is not None:
+        print(_run_text(run), flush=True)
+        if args.part is not None:
+            args.part.write_text(json.dumps(run))
+        else:
+            args.ranks = [run["ranks"]]
+            _write_report({run["ranks"]: run}, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

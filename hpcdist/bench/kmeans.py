@@ -1,0 +1,501 @@
+"""``hpcdist bench kmeans``: Lloyd iterations, hpcdist KMeans against scikit-learn.
+
+The data: ``hpcdist.data.make_blobs(1_000_000, 32, centers=64,
+cluster_std=4.0, random_state=0)`` in float32 (overlapping blobs, so that
+Lloyd does not converge before the last iteration), each rank generating only
+its own rows. Every implementation starts from the same initial centers (the
+first 64 global rows) and runs ``--iterations`` (50) Lloyd iterations with
+``tol=0``::
+
+    hpcdist:       hpcdist.ml.KMeans(64, init=C, max_iter=50, tol=0).fit(X_local)
+    scikit-learn:  sklearn.cluster.KMeans(64, init=C, n_init=1, max_iter=50, tol=0,
+                                          algorithm="lloyd").fit(X)
+    sklearnex:     sklearnex.cluster.KMeans(...)  (when scikit-learn-intelex is installed)
+
+A measurement is the wall time of a whole ``fit`` (validation, centering,
+iterations, final labels) divided by its ``n_iter_``: seconds per iteration.
+GFLOP/s counts the distance GEMM only, ``2 n k d`` per iteration. The
+machine's sgemm peak is measured in the same job: a large float32 ``np.dot``
+(4096 x 4096) on every rank at once, with the rank's BLAS threads; the peak is
+the sum over ranks.
+
+Rank counts and threads. Each rank count is its own ``mpiexec -n N`` job
+(default 1 and 2). ``hpcdist.init()`` gives every rank ``cores / N`` BLAS and
+Numba threads. Every job also times the baselines, interleaved with hpcdist
+so that both see the same machine load: on rank 0, on all cores
+(``threadpoolctl`` limits set to the core count) and on the whole data set,
+while the other ranks sleep (a polled ``Ibarrier``, not a spinning wait). The
+speedup at N ranks compares with the baseline timed in the same job::
+
+    python benchmarks/bench_kmeans.py                 # jobs at 1 and 2 ranks, merged
+    hpcdist bench kmeans [-n N]                       # the same, at 1 and N ranks
+    python -m hpcdist.bench.kmeans --ranks 1,2,4      # any list of rank counts
+    mpiexec -n 2 python -m hpcdist.bench.kmeans       # one job, this rank count only
+
+Timing: one warm-up fit per implementation (Numba compilation, caches), then
+``--repetitions`` rounds, each timing every implementation once, the first
+one rotating between rounds; a fit's time is that of the slowest rank (barrier
+before). Reported: medians over rounds.
+
+Targets (issue 5), PASS/MISS in the summary: at 2 ranks, hpcdist at least
+1.5x scikit-learn's iterations per second (scikit-learn on all cores), and at
+least 60% of the machine's sgemm peak.
+
+Output: a table per rank count and the summary on rank 0 (or the launching
+process), ``<output-dir>/<name>.json`` and ``<name>.png`` (skipped without
+matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .common import load_average, machine_info, pyplot, write_report
+
+__all__ = ["main", "DEFAULTS", "QUICK"]
+
+DEFAULTS = {"samples": 1_000_000, "features": 32, "clusters": 64, "iterations": 50,
+            "repetitions": 5, "sgemm_size": 4096}
+QUICK = {"samples": 20_000, "features": 32, "clusters": 16, "iterations": 5,
+         "repetitions": 2, "sgemm_size": 512}
+DEFAULT_RANKS = (1, 2)
+CLUSTER_STD = 4.0
+DTYPE = np.float32
+
+TARGET_SPEEDUP = 1.5      # hpcdist iterations/s over scikit-learn's, at least
+TARGET_PEAK_FRACTION = 0.6  # hpcdist GFLOP/s over the sgemm peak, at least
+TARGET_RANKS = 2
+
+
+# -- arguments ------------------------------------------------------------------------------
+
+def _int_list(text):
+    try:
+        values = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        values = []
+    if not values or values[0] < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} should be a comma list of positive "
+                                         "integers, e.g. 1,2")
+    return values
+
+
+def _build_parser():
+    parser = argparse.ArgumentParser(
+        prog="hpcdist bench kmeans",
+        description="Seconds per Lloyd iteration of hpcdist's KMeans against scikit-learn "
+                    "(and scikit-learn-intelex) from the same initial centers, with GFLOP/s "
+                    "and the fraction of the machine's sgemm peak. Outside mpiexec it "
+                    "launches one job per rank count.")
+    parser.add_argument("--ranks", type=_int_list, default=list(DEFAULT_RANKS),
+                        help="rank counts, one mpiexec job each, when not started under "
+                             "mpiexec (default 1,2)")
+    for key, text in (("samples", "global rows"), ("features", "columns"),
+                      ("clusters", "k"), ("iterations", "Lloyd iterations per fit (tol=0)"),
+                      ("repetitions", "timed rounds"),
+                      ("sgemm_size", "side of the square float32 matrices of the sgemm peak")):
+        parser.add_argument(f"--{key.replace('_', '-')}", type=int, dest=key,
+                            help=f"{text} (default {DEFAULTS[key]}; {QUICK[key]} with --quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a few seconds per job (for tests): "
+                             + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
+    parser.add_argument("--no-baselines", action="store_true",
+                        help="time hpcdist only (no scikit-learn, no sklearnex)")
+    parser.add_argument("--no-plot", action="store_true", help="do not write the PNG plot")
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks") / "results",
+                        help="where NAME.json and NAME.png go (default: ./benchmarks/results)")
+    parser.add_argument("--name", default="kmeans",
+                        help="file name stem of the outputs (default: kmeans)")
+    parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)  # a job's own JSON
+    return parser
+
+
+def _parse_args(argv):
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    defaults = QUICK if args.quick else DEFAULTS
+    for key, default in defaults.items():
+        value = getattr(args, key)
+        if value is None:
+            setattr(args, key, default)
+        elif value < 1:
+            parser.error(f"--{key.replace('_', '-')}={value} should be >= 1")
+    if args.samples < args.clusters * max(args.ranks):
+        parser.error(f"--samples={args.samples} should be at least --clusters x ranks "
+                     f"({args.clusters} x {max(args.ranks)})")
+    return args
+
+
+# -- implementations ---------------------------------------------------------------------------
+
+def _cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _hpcdist_fit(ctx, X_local, centers, args):
+    from hpcdist.ml import KMeans
+
+    model = KMeans(args.clusters, init=centers, max_iter=args.iterations, tol=0.0,
+                   comm=ctx).fit(X_local)
+    return model.n_iter_, model.inertia_
+
+
+def _sklearn_fit(X, centers, args, module):
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=_cores()):
+        model = module.KMeans(args.clusters, init=centers, n_init=1, max_iter=args.iterations,
+                              tol=0.0, algorithm="lloyd").fit(X)
+    return int(model.n_iter_), float(model.inertia_)
+
+
+def _sklearnex_module():
+    try:
+        import sklearnex.cluster as module
+    except ImportError:
+        return None
+    return module
+
+
+def _sgemm_seconds(ctrl, size, repetitions=3):
+    """Median seconds of a ``size``-square float32 np.dot, run on every rank at once."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((size, size), dtype=np.float32)
+    b = rng.standard_normal((size, size), dtype=np.float32)
+    np.dot(a, b)
+    times = []
+    for _ in range(repetitions):
+        ctrl.Barrier()
+        start = time.perf_counter()
+        np.dot(a, b)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+
+    counts = [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
+    return min(counts) if counts else 1
+
+
+# -- one job: measure at this rank count ---------------------------------------------------------
+
+def _whole_data_on_rank_0(ctx, X_local, args):
+    """The whole data set on rank 0 (generated there alone), None elsewhere."""
+    from hpcdist.data import make_blobs
+
+    if ctx.size == 1:
+        return X_local
+    solo = ctx.split(ctx.rank)
+    if ctx.rank != 0:
+        return None
+    X, _ = make_blobs(args.samples, args.features, centers=args.clusters,
+                      cluster_std=CLUSTER_STD, random_state=0, ctx=solo, dtype=DTYPE)
+    return X
+
+
+def _idle_until_all_arrive(ctrl):
+    """Wait in a barrier without spinning (MPI's own wait would hold a core)."""
+    request = ctrl.Ibarrier()
+    while not request.Test():
+        time.sleep(0.002)
+
+
+def _timed(ctrl, function, root_only=False):
+    """Run ``function()`` after a barrier; the slowest rank's seconds and its result.
+
+    With ``root_only``, only rank 0 runs it (a baseline on all cores) while
+    the other ranks sleep until it is done.
+    """
+    ctrl.Barrier()
+    start = time.perf_counter()
+    if root_only and ctrl.Get_rank() != 0:
+        result = None
+    else:
+        result = function()
+    elapsed = time.perf_counter() - start
+    if root_only:
+        _idle_until_all_arrive(ctrl)
+        result = ctrl.bcast(result, root=0)
+    return max(ctrl.allgather(elapsed)), result
+
+
+def _measure_job(args):
+    """Measure at this job's rank count; returns the record on rank 0, else None."""
+    import numba
+    from mpi4py import MPI
+
+    import hpcdist
+    from hpcdist.data import make_blobs
+
+    ctx = hpcdist.init()
+    ctx.check = False
+    ctrl = MPI.COMM_WORLD.Dup()
+    load_before = load_average()
+    try:
+        X_local, _ = make_blobs(args.samples, args.features, centers=args.clusters,
+                                cluster_std=CLUSTER_STD, random_state=0, ctx=ctx, dtype=DTYPE)
+        centers = hpcdist.broadcast(X_local[:args.clusters].copy() if ctx.rank == 0 else None,
+                                    root=0, ctx=ctx)
+        cases = {"hpcdist": lambda: _hpcdist_fit(ctx, X_local, centers, args)}
+        baselines = {}
+        if not args.no_baselines:
+            import sklearn.cluster
+            baselines["scikit-learn"] = sklearn.cluster
+            module = _sklearnex_module()
+            if module is not None:
+                baselines["sklearnex"] = module
+            X_full = _whole_data_on_rank_0(ctx, X_local, args)
+            for name, module in baselines.items():
+                cases[name] = (lambda module=module: _sklearn_fit(X_full, centers, args,
+                                                                  module))
+        names = list(cases)
+        root_only = {name: name != "hpcdist" and ctx.size > 1 for name in names}
+        results = {name: _timed(ctrl, cases[name], root_only[name])[1]
+                   for name in names}  # warm-up
+        seconds = {name: [] for name in names}
+        sgemm = []
+        for rep in range(args.repetitions):
+            first = rep % len(names)
+            for name in names[first:] + names[:first]:
+                elapsed, results[name] = _timed(ctrl, cases[name], root_only[name])
+                seconds[name].append(elapsed)
+            sgemm.append(_sgemm_seconds(ctrl, args.sgemm_size, repetitions=1))
+        sgemm_rank_gflops = 2.0 * args.sgemm_size ** 3 / float(np.median(sgemm)) / 1e9
+        machine_peak = float(sum(ctrl.allgather(sgemm_rank_gflops)))
+        run = _run_record(ctx, args, seconds, results, machine_peak, {
+            "numba_threads_per_rank": numba.get_num_threads(),
+            "blas_threads_per_rank": _blas_threads(),
+            "baseline_threads": _cores() if baselines else None,
+            "sklearnex": ("available" if "sklearnex" in baselines else
+                          "not installed (pip install scikit-learn-intelex)")
+            if not args.no_baselines else "left out (--no-baselines)",
+            "sgemm_seconds": sgemm,
+            "machine": machine_info(ctrl, load_average_before=load_before,
+                                    load_average_after=load_average()),
+        })
+    finally:
+        ctrl.Free()
+    return run if ctx.rank == 0 else None
+
+
+def _run_record(ctx, args, seconds, results, machine_peak, extra):
+    flops = 2.0 * args.samples * args.clusters * args.features
+    cases = {}
+    for name, times in seconds.items():
+        n_iter, inertia = results[name]
+        per_iteration = float(np.median(times)) / n_iter
+        cases[name] = {"fit_seconds": times, "n_iter": int(n_iter), "inertia": float(inertia),
+                       "seconds_per_iteration": per_iteration,
+                       "gflops": flops / per_iteration / 1e9,
+                       "sgemm_peak_fraction": flops / per_iteration / 1e9 / machine_peak}
+    return {"ranks": ctx.size, "repetitions": args.repetitions,
+            "sgemm_peak_gflops": machine_peak, **extra, "cases": cases}
+
+
+# -- launching one job per rank count -----------------------------------------------------------
+
+def _launch_jobs(argv, args):
+    """One ``mpiexec -n N`` job per rank count; their records by rank count, or an exit code."""
+    from ..cli.launcher import find_mpiexec
+
+    env = os.environ.copy()  # the jobs import this hpcdist, installed or not
+    source = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([source] + ([env["PYTHONPATH"]]
+                                                    if env.get("PYTHONPATH") else []))
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="hpcdist-bench-kmeans-") as tmp:
+        for n in args.ranks:
+            part = Path(tmp) / f"ranks{n}.json"
+            command = [find_mpiexec(), "-n", str(n), sys.executable, "-m",
+                       "hpcdist.bench.kmeans", *argv, "--part", str(part)]
+            print("+ " + " ".join(command), flush=True)
+            code = subprocess.call(command, env=env)
+            if code != 0:
+                print(f"hpcdist bench kmeans: the job at {n} ranks failed (exit status {code})",
+                      file=sys.stderr, flush=True)
+                return code
+            runs[n] = json.loads(part.read_text())
+    return runs
+
+
+# -- report -----------------------------------------------------------------------------------
+
+def _baseline(runs, ranks=None, name="scikit-learn"):
+    """The baseline's record: from the job at ``ranks`` when it timed one (the same
+    conditions as hpcdist there), else from the first job that did; or None."""
+    if ranks in runs and name in runs[ranks]["cases"]:
+        return runs[ranks]["cases"][name]
+    for run in runs.values():
+        if name in run["cases"]:
+            return run["cases"][name]
+    return None
+
+
+def _run_text(run, runs):
+    lines = [f"\n{run['ranks']} rank(s): {run['numba_threads_per_rank']} Numba / "
+             f"{run['blas_threads_per_rank']} BLAS thread(s) per rank; sgemm peak "
+             f"{run['sgemm_peak_gflops']:.1f} GFLOP/s; sklearnex: {run['sklearnex']}",
+             f"  {'case':14s} {'n_iter':>6s} {'s/iter':>9s} {'GFLOP/s':>9s} {'of peak':>8s} "
+             f"{'vs sklearn':>10s} {'inertia':>14s}"]
+    reference = _baseline(runs, run["ranks"])
+    for name, case in run["cases"].items():
+        ratio = ("-" if reference is None else
+                 f"{reference['seconds_per_iteration'] / case['seconds_per_iteration']:.2f}x")
+        lines.append(f"  {name:14s} {case['n_iter']:6d} {case['seconds_per_iteration']:9.4f} "
+                     f"{case['gflops']:9.1f} {100 * case['sgemm_peak_fraction']:7.1f}% "
+                     f"{ratio:>10s} {case['inertia']:14.6g}")
+    return "\n".join(lines)
+
+
+def _status(passed):
+    return "PASS" if passed else "MISS"
+
+
+def _summarize(runs):
+    reference = _baseline(runs, TARGET_RANKS)
+    at = runs.get(TARGET_RANKS, {}).get("cases", {}).get("hpcdist")
+    speedup = (None if reference is None or at is None else
+               reference["seconds_per_iteration"] / at["seconds_per_iteration"])
+    fraction = None if at is None else at["sgemm_peak_fraction"]
+    summary = {
+        f"speedup_vs_sklearn_at_{TARGET_RANKS}_ranks": {
+            "ratio": "scikit-learn s/iter (all cores) / hpcdist s/iter",
+            "target": f">= {TARGET_SPEEDUP:g}", "value": speedup,
+            "status": "n/a" if speedup is None else _status(speedup >= TARGET_SPEEDUP)},
+        f"sgemm_peak_fraction_at_{TARGET_RANKS}_ranks": {
+            "ratio": "hpcdist distance GFLOP/s / machine sgemm GFLOP/s",
+            "target": f">= {TARGET_PEAK_FRACTION:g}", "value": fraction,
+            "status": "n/a" if fraction is None else _status(fraction >= TARGET_PEAK_FRACTION)},
+    }
+    agreement = {}
+    for n, run in runs.items():
+        reference = _baseline(runs, n)
+        if reference is not None:
+            case = run["cases"]["hpcdist"]
+            agreement[str(n)] = {
+                "inertia_relative_difference": abs(case["inertia"] - reference["inertia"])
+                / reference["inertia"],
+                "same_n_iter": case["n_iter"] == reference["n_iter"]}
+    return summary, agreement
+
+
+def _summary_text(summary, agreement):
+    lines = ["\nSummary (targets of issue 5):"]
+    for name, entry in summary.items():
+        value = "not measured" if entry["value"] is None else f"{entry['value']:.3f}"
+        lines.append(f"  {name:34s} {value:>12s}  target {entry['target']:6s} {entry['status']}")
+    for n, entry in agreement.items():
+        lines.append(f"  hpcdist at {n} rank(s) vs scikit-learn: inertia relative difference "
+                     f"{entry['inertia_relative_difference']:.2e}, same n_iter: "
+                     f"{entry['same_n_iter']}")
+    return "\n".join(lines)
+
+
+def _settings(args):
+    return {"samples": args.samples, "features": args.features, "clusters": args.clusters,
+            "iterations": args.iterations, "tol": 0.0, "dtype": np.dtype(DTYPE).name,
+            "data": f"hpcdist.data.make_blobs(centers={args.clusters}, "
+                    f"cluster_std={CLUSTER_STD}, random_state=0)",
+            "init": "the first `clusters` global rows", "rank_counts": list(args.ranks),
+            "repetitions": args.repetitions, "sgemm_size": args.sgemm_size,
+            "quick": args.quick,
+            "flops_per_iteration": 2.0 * args.samples * args.clusters * args.features,
+            "timing": "whole fit() / n_iter_, slowest rank, barrier before; one warm-up fit "
+                      "per implementation, then rounds timing each once (first one rotating); "
+                      "medians over rounds",
+            "targets": {f"speedup vs scikit-learn at {TARGET_RANKS} ranks":
+                        f">= {TARGET_SPEEDUP:g}",
+                        f"fraction of sgemm peak at {TARGET_RANKS} ranks":
+                        f">= {TARGET_PEAK_FRACTION:g}"}}
+
+
+def _plot(report, path):
+    plt = pyplot()
+    if plt is None:
+        return False
+    labels, values = [], []
+    for n, run in report["runs"].items():
+        for name, case in run["cases"].items():
+            labels.append(f"{name}\n{n} rank(s)" if name == "hpcdist" else f"{name}\nall cores")
+            values.append(case["seconds_per_iteration"] * 1e3)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.bar(range(len(values)), values, color=["tab:blue" if "hpcdist" in label else "tab:gray"
+                                              for label in labels])
+    ax.set_xticks(range(len(values)), labels, fontsize="small")
+    ax.set_ylabel("ms per Lloyd iteration (median)")
+    settings, machine = report["settings"], report["machine"]
+    ax.set_title(f"K-means {settings['samples']} x {settings['features']} float32, "
+                 f"k={settings['clusters']}\n{machine['hostname']} ({machine['cpu_count']} "
+                 f"cores), {machine['date']}", fontsize="medium")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def _write_report(runs, args):
+    summary, agreement = _summarize(runs)
+    print(_summary_text(summary, agreement), flush=True)
+    largest = runs[max(runs)]
+    report = {"benchmark": "kmeans", "machine": largest["machine"], "settings": _settings(args),
+              "runs": {str(n): run for n, run in sorted(runs.items())}, "summary": summary,
+              "agreement_with_sklearn": agreement}
+    write_report(report, args.output_dir, args.name, plot=None if args.no_plot else _plot)
+
+
+# -- main -------------------------------------------------------------------------------------
+
+def main(argv=None):
+    """Run the K-means benchmark; see the module docstring.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Command-line arguments without the program name (default
+        ``sys.argv[1:]``); ``--help`` lists them.
+
+    Returns
+    -------
+    int
+        Exit status, 0 on success.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parse_args(argv)
+    from ..cli.launcher import under_mpi_launcher
+
+    if not under_mpi_launcher():
+        runs = _launch_jobs(argv, args)
+        if isinstance(runs, int):
+            return runs
+        print("\n" + "=" * 72 + "\nhpcdist K-means benchmark", flush=True)
+        for run in runs.values():
+            print(_run_text(run, runs), flush=True)
+        _write_report(runs, args)
+        return 0
+    run = _measure_job(args)
+    if run is not None:
+        print(_run_text(run, {run["ranks"]: run}), flush=True)
+        if args.part is not None:
+            args.part.write_text(json.dumps(run))
+        else:
+            args.ranks = [run["ranks"]]
+            _write_report({run["ranks"]: run}, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,490 @@
+"""Growing a batch of trees over row-partitioned data.
+
+Two paths, chosen per node by its global (bootstrap-weighted) row count ``W``:
+
+Level-wise over ranks (``W > local_threshold``)
+    All open nodes of all trees of the batch advance one level together:
+    every rank histograms its own rows, one allreduce per level sums the
+    histograms (:mod:`~hpcdist.ml.forest.histograms`), and every rank picks
+    the same splits from the same global histograms, then reorders its own
+    rows into the children.
+Whole subtree on one rank (``W <= local_threshold``, PLANET style)
+    Once a node is small, its rows are sent to the rank that will grow its
+    whole subtree depth first (alltoalls once per batch; a row travels to a
+    rank at most once per batch, however many of its trees' subtrees grow
+    there). Ranks take subtrees heaviest first, each to the least loaded
+    rank, and grow theirs in parallel Numba threads; one ``allgather``
+    shares the subtrees.
+
+Both paths make the same decision for the same node (the same feature
+draws, the same integer statistics, the same split function, see
+:mod:`hpcdist.kernels.trees`), so the threshold only moves work between
+ranks: the forest is the same for any threshold and any number of ranks.
+Why a threshold at all: a histogram costs ``features x bins x channels``
+integers however few rows its node has, so deep levels, with thousands of
+small nodes, would allreduce mostly empty histograms; a row costs
+``n_features + 8`` bytes to send once. The default threshold
+``n_samples // n_ranks`` keeps the top levels, where every node is large,
+distributed, and hands the rest out as subtrees of at most one rank's share
+of rows (a bounded amount of memory per rank); on one rank every tree is one
+subtree (no communication at all).
+
+Feature draws follow scikit-learn: a node visits ``max_features`` features
+of its random order, and carries on until one of them is not constant in
+the node. Level-wise, the (rare) nodes whose first ``max_features`` features
+were all constant get a second round in the same level for the rest.
+"""
+import numpy as np
+
+from ...comm.movement import allgather, alltoall
+from ...comm.reductions import allreduce
+from ...kernels.trees import (child_keys, evaluate_nodes, feature_orders, grow_subtrees,
+                              partition_nodes, root_keys)
+from .histograms import plan_level, reduce_level
+from .sampling import assign_owners, bootstrap
+from .tree import Forest
+
+__all__ = ["GrowSettings", "grow_trees", "NO_DEPTH_LIMIT"]
+
+NO_DEPTH_LIMIT = np.iinfo(np.int64).max // 2
+_OPEN, _LEAF, _SPLIT, _TASK = 0, 1, 2, 3
+
+
+class GrowSettings:
+    """What the growth needs besides the data (the same on every rank).
+
+    Parameters
+    ----------
+    n_bins : ndarray of int64, shape (n_features,)
+    max_features : int
+    channels : int
+        Statistics per bin: the number of classes, or 2 for regression.
+    criterion : int
+        A code of :data:`hpcdist.kernels.trees.CRITERIA`.
+    max_depth, min_samples_split, min_samples_leaf : int
+        The last two count bootstrap-weighted rows.
+    local_threshold : int or None
+        Nodes with at most this many weighted rows grow on one rank; None:
+        ``n_samples // n_ranks`` (every tree on one rank when there is one rank).
+    seed : numpy.uint64
+    bootstrap : bool
+    edges : BinEdges
+    to_values : callable
+        ``stats (n, channels) int64 -> values (n, n_values) float64``.
+    """
+
+    def __init__(self, n_bins, max_features, channels, criterion, max_depth, min_samples_split,
+                 min_samples_leaf, local_threshold, seed, bootstrap, edges, to_values):
+        self.n_bins = np.ascontiguousarray(n_bins, dtype=np.int64)
+        self.max_features = int(max_features)
+        self.channels = int(channels)
+        self.criterion = int(criterion)
+        self.max_depth = int(max_depth)
+        self.min_samples_split = int(min_samples_split)
+        self.min_samples_leaf = int(min_samples_leaf)
+        self.local_threshold = local_threshold
+        self.seed = np.uint64(seed)
+        self.bootstrap = bool(bootstrap)
+        self.edges = edges
+        self.to_values = to_values
+
+    @property
+    def regression(self):
+        return self.channels == 2 and self.criterion == 2
+
+
+class _Nodes:
+    """The nodes grown level-wise (and the subtree roots), as growable arrays."""
+
+    _FIELDS = {"tree": np.int64, "depth": np.int64, "lo": np.int64, "hi": np.int64,
+               "parent": np.int64, "key": np.uint64, "kind": np.int64, "feature": np.int64,
+               "bin": np.int64, "weight": np.int64, "decrease": np.float64, "left": np.int64,
+               "right": np.int64, "task": np.int64}
+
+    def __init__(self, channels, capacity=64):
+        self.n = 0
+        self.channels = channels
+        for name, dtype in self._FIELDS.items():
+            setattr(self, name, np.zeros(capacity, dtype=dtype))
+        self.stats = np.zeros((capacity, channels), dtype=np.int64)
+
+    def add(self, count):
+        """Ids of ``count`` new nodes (fields zero, children and task -1)."""
+        if self.n + count > len(self.tree):
+            capacity = max(2 * len(self.tree), self.n + count)
+            for name in self._FIELDS:
+                old = getattr(self, name)
+                new = np.zeros(capacity, dtype=old.dtype)
+                new[:self.n] = old[:self.n]
+                setattr(self, name, new)
+            stats = np.zeros((capacity, self.channels), dtype=np.int64)
+            stats[:self.n] = self.stats[:self.n]
+            self.stats = stats
+        ids = np.arange(self.n, self.n + count)
+        self.n += count
+        self.left[ids] = self.right[ids] = self.task[ids] = self.feature[ids] = -1
+        return ids
+
+
+class GrowData:
+    """This rank's binned rows, targets and bootstrap weights, and each node's rows.
+
+    Attributes
+    ----------
+    Xb : ndarray of uint8, shape (n_local, n_features)
+    target : ndarray of int64, shape (n_local,)
+    weights : ndarray of uint8, shape (n_trees, n_local)
+    rows : ndarray of int64
+        Local row indices of every tree's in-bag rows; node ``n`` owns
+        ``rows[lo[n]:hi[n]]``.
+    """
+
+    def __init__(self, Xb, target, weights, rows, nodes, settings):
+        self.Xb, self.target, self.weights, self.rows = Xb, target, weights, rows
+        self.nodes = nodes
+        self.n_bins = settings.n_bins
+        self.channels = settings.channels
+        self.regression = settings.regression
+
+    @property
+    def lo(self):
+        return self.nodes.lo
+
+    @property
+    def hi(self):
+        return self.nodes.hi
+
+    @property
+    def tree(self):
+        return self.nodes.tree
+
+
+def _weight(stats, regression):
+    return stats[..., 1] if regression else stats.sum(axis=-1)
+
+
+def _is_leaf(stats, depth, settings):
+    """Stopping rules that need no split search (vectorised over nodes)."""
+    w = _weight(stats, settings.regression)
+    leaf = ((depth >= settings.max_depth) | (w < settings.min_samples_split)
+            | (w < 2 * settings.min_samples_leaf))
+    if not settings.regression:
+        leaf |= np.count_nonzero(stats, axis=-1) <= 1
+    return leaf
+
+
+def _local_threshold(settings, ctx, n_global):
+    if settings.local_threshold is not None:
+        return int(settings.local_threshold)
+    return n_global if ctx.size == 1 else n_global // ctx.size
+
+
+# -- level-wise growth ---------------------------------------------------------------------------
+
+def _split_level(ctx, data, nodes, frontier, previous, settings):
+    """Find the splits of the open nodes ``frontier`` (collective); returns their histograms."""
+    p = len(settings.n_bins)
+    count = min(settings.max_features, p)
+    keys = nodes.key[frontier]
+    orders = np.empty((len(frontier), count), dtype=np.int64)
+    feature_orders(keys, p, count, orders)
+    visit = {int(n): [int(f) for f in orders[i]] for i, n in enumerate(frontier)}
+    build, derived = plan_level([int(n) for n in frontier], visit,
+                                lambda n: int(nodes.parent[n]), lambda n: int(nodes.weight[n]),
+                                previous)
+    level = reduce_level(ctx, data, [int(n) for n in frontier], build, derived, previous)
+    result = _evaluate(level, frontier, visit, False, settings)
+    best_feature, best_bin, score, decrease, left, totals, found = result
+    leaf = _is_leaf(totals, nodes.depth[frontier], settings)
+    retry = np.flatnonzero(~found & ~leaf) if count < p else np.empty(0, dtype=np.int64)
+    if len(retry):
+        # every visited feature was constant: carry on through the node's order
+        orders = np.empty((len(retry), p), dtype=np.int64)
+        feature_orders(keys[retry], p, p, orders)
+        again = [int(n) for n in frontier[retry]]
+        rest = {n: [int(f) for f in orders[i, count:]] for i, n in enumerate(again)}
+        reduce_level(ctx, data, again, rest, [], None, into=level)
+        second = _evaluate(level, frontier[retry], rest, True, settings)
+        for mine, theirs in zip(result, second):
+            mine[retry] = theirs
+    return level, result, leaf
+
+
+def _evaluate(level, nodes, features_of, first_only, settings):
+    ptr, features, buffer, offsets = level.locate([int(n) for n in nodes], features_of)
+    k, channels = len(nodes), settings.channels
+    best_feature = np.empty(k, dtype=np.int64)
+    best_bin = np.empty(k, dtype=np.int64)
+    score = np.empty(k, dtype=np.float64)
+    decrease = np.empty(k, dtype=np.float64)
+    left = np.zeros((k, channels), dtype=np.int64)
+    totals = np.zeros((k, channels), dtype=np.int64)
+    found = np.zeros(k, dtype=np.bool_)
+    if buffer is None:
+        buffer = np.zeros(0, dtype=np.int64)
+    evaluate_nodes(buffer, ptr, features, offsets, settings.n_bins, channels, settings.criterion,
+                   settings.min_samples_leaf, np.full(k, first_only), best_feature, best_bin,
+                   score, decrease, left, totals, found)
+    return [best_feature, best_bin, score, decrease, left, totals, found]
+
+
+def _grow_levels(ctx, data, nodes, frontier, threshold, settings):
+    """Grow the open nodes level by level until every node is a leaf, split or a subtree."""
+    previous = None
+    while len(frontier):
+        level, result, leaf = _split_level(ctx, data, nodes, frontier, previous, settings)
+        best_feature, best_bin, score, decrease, left_stats, totals, _ = result
+        nodes.stats[frontier] = totals
+        split = ~leaf & (best_feature >= 0)
+        if settings.regression:
+            split &= score > 0
+        nodes.kind[frontier] = np.where(split, _SPLIT, _LEAF)
+        parents = frontier[split]
+        if not len(parents):
+            break
+        nodes.feature[parents] = best_feature[split]
+        nodes.bin[parents] = best_bin[split]
+        nodes.decrease[parents] = decrease[split]
+        n_left = np.empty(len(parents), dtype=np.int64)
+        partition_nodes(data.Xb, data.rows, nodes.lo[parents], nodes.hi[parents],
+                        best_feature[split], best_bin[split], n_left)
+        # children: left then right for each parent, in parent order
+        kids = nodes.add(2 * len(parents))
+        lefts, rights = kids[0::2], kids[1::2]
+        nodes.left[parents], nodes.right[parents] = lefts, rights
+        left_keys = np.empty(len(parents), dtype=np.uint64)
+        right_keys = np.empty(len(parents), dtype=np.uint64)
+        child_keys(nodes.key[parents], left_keys, right_keys)
+        nodes.key[lefts], nodes.key[rights] = left_keys, right_keys
+        for side in (lefts, rights):
+            nodes.tree[side] = nodes.tree[parents]
+            nodes.depth[side] = nodes.depth[parents] + 1
+            nodes.parent[side] = parents
+        cut = nodes.lo[parents] + n_left
+        nodes.lo[lefts], nodes.hi[lefts] = nodes.lo[parents], cut
+        nodes.lo[rights], nodes.hi[rights] = cut, nodes.hi[parents]
+        nodes.stats[lefts] = left_stats[split]
+        nodes.stats[rights] = totals[split] - left_stats[split]
+        nodes.weight[kids] = _weight(nodes.stats[kids], settings.regression)
+        leaf = _is_leaf(nodes.stats[kids], nodes.depth[kids], settings)
+        small = nodes.weight[kids] <= threshold
+        nodes.kind[kids] = np.where(leaf, _LEAF, np.where(small, _TASK, _OPEN))
+        frontier = kids[nodes.kind[kids] == _OPEN]
+        previous = level
+
+
+# -- whole subtrees on one rank ------------------------------------------------------------------
+
+def _task_pairs(data, nodes, tasks, owned):
+    """(task index, local row, weight) of every row of the tasks ``owned`` (indices into tasks)."""
+    parts = [data.rows[nodes.lo[t]:nodes.hi[t]] for t in tasks[owned]]
+    lengths = np.array([len(part) for part in parts], dtype=np.int64)
+    rows = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    trees = np.repeat(nodes.tree[tasks[owned]], lengths)
+    return np.repeat(owned, lengths), rows, data.weights[trees, rows]
+
+
+def _exchange_task_rows(ctx, data, nodes, tasks, owners):
+    """Give every task's owner the rows of its task (collective: three alltoalls).
+
+    A row goes to each other rank at most once per batch, whatever the
+    number of its tasks (trees) there: the rows travel as one block per
+    destination (binned features and target), the membership as
+    (task, row, weight) triples of int32.
+
+    Returns
+    -------
+    Xb, target : this rank's rows followed by the received ones
+    task, rows, weights : ndarray
+        A (task index, row of ``Xb``, bootstrap weight) triple per row of
+        this rank's tasks.
+    """
+    p = data.Xb.shape[1]
+    n_local = len(data.Xb)
+    row_blocks, pair_blocks, counts = [], [], np.zeros((ctx.size, 2), dtype=np.int64)
+    for destination in range(ctx.size):
+        task, rows, weights = _task_pairs(data, nodes, tasks, np.flatnonzero(owners == destination))
+        if destination == ctx.rank:
+            mine = (task, rows, weights)
+            continue
+        needed = np.zeros(n_local, dtype=np.bool_)
+        needed[rows] = True
+        unique = np.flatnonzero(needed)
+        position = np.cumsum(needed) - 1
+        block = np.empty((len(unique), p + 8), dtype=np.uint8)
+        block[:, :p] = data.Xb[unique]
+        block[:, p:] = data.target[unique].astype("<i8").view(np.uint8).reshape(-1, 8)
+        row_blocks.append(block)
+        pair_blocks.append(np.stack([task, position[rows], weights], axis=1).astype(np.int32))
+        counts[destination] = len(unique), len(task)
+    received = alltoall(counts, counts=[1] * ctx.size, ctx=ctx)
+    rows_in = alltoall(np.concatenate(row_blocks), counts=[int(c) for c in counts[:, 0]], ctx=ctx)
+    pairs_in = alltoall(np.concatenate(pair_blocks), counts=[int(c) for c in counts[:, 1]],
+                        ctx=ctx)
+    row_start = n_local + np.concatenate([[0], np.cumsum(received[:, 0])[:-1]])
+    source = np.repeat(np.arange(ctx.size), received[:, 1])
+    Xb = np.concatenate([data.Xb, rows_in[:, :p]])
+    target = np.concatenate([data.target,
+                             np.ascontiguousarray(rows_in[:, p:]).view("<i8").ravel()])
+    task = np.concatenate([mine[0], pairs_in[:, 0]])
+    rows = np.concatenate([mine[1], row_start[source] + pairs_in[:, 1]])
+    weights = np.concatenate([mine[2], pairs_in[:, 2].astype(np.uint8)])
+    return Xb, target.astype(np.int64), task, rows, weights
+
+
+def _grow_tasks(ctx, data, nodes, tasks, settings):
+    """Grow every task's subtree on its owner; returns each task's nodes (on every rank)."""
+    owners = assign_owners(nodes.weight[tasks], ctx.size)
+    if ctx.size == 1:
+        Xb, target = data.Xb, data.target
+        task, rows, weights = _task_pairs(data, nodes, tasks, np.arange(len(tasks)))
+    else:
+        Xb, target, task, rows, weights = _exchange_task_rows(ctx, data, nodes, tasks, owners)
+    mine = np.flatnonzero(owners == ctx.rank)
+    order = np.argsort(task, kind="stable")
+    rows = np.ascontiguousarray(rows[order], dtype=np.int64)
+    weights = np.ascontiguousarray(weights[order], dtype=np.uint8)
+    lo = np.searchsorted(task[order], mine, side="left")
+    hi = np.searchsorted(task[order], mine, side="right")
+    capacity = 2 * (hi - lo) - 1
+    base = np.concatenate([[0], np.cumsum(capacity)[:-1]]).astype(np.int64)
+    total = int(capacity.sum()) if len(capacity) else 0
+    channels = settings.channels
+    feature = np.empty(total, dtype=np.int64)
+    bins = np.empty(total, dtype=np.int64)
+    right = np.empty(total, dtype=np.int64)
+    stats = np.empty((total, channels), dtype=np.int64)
+    decrease = np.empty(total, dtype=np.float64)
+    count = np.zeros(len(mine), dtype=np.int64)
+    if len(mine):
+        grow_subtrees(Xb, target, rows, weights, lo.astype(np.int64), hi.astype(np.int64),
+                      nodes.key[tasks[mine]], nodes.depth[tasks[mine]], settings.n_bins,
+                      settings.max_features, channels, settings.criterion, settings.max_depth,
+                      settings.min_samples_split, settings.min_samples_leaf, base, feature, bins,
+                      right, stats, decrease, count)
+    keep = np.concatenate([np.arange(b, b + c) for b, c in zip(base, count)]) if len(
+        mine) else np.zeros(0, dtype=np.int64)
+    packed = np.empty((len(keep), 4 + channels), dtype=np.int64)
+    packed[:, 0], packed[:, 1], packed[:, 2] = feature[keep], bins[keep], right[keep]
+    packed[:, 3:3 + channels] = stats[keep]
+    packed[:, 3 + channels] = decrease[keep].view(np.int64)
+    table = np.stack([mine, count], axis=1).astype(np.int64)
+    if ctx.size > 1:
+        packed = allgather(packed, ctx=ctx)
+        table = allgather(table, ctx=ctx)
+    blocks = {}
+    offset = 0
+    for task, n in table:
+        blocks[int(task)] = packed[offset:offset + n]
+        offset += n
+    return blocks
+
+
+# -- assembly ------------------------------------------------------------------------------------
+
+def _assemble_tree(nodes, root, blocks, channels):
+    """One tree's nodes in preorder: (feature, bin, left, right, stats, decrease)."""
+    chunks = []
+    right_fixes = []
+    count = 0
+    stack = [(root, -1)]
+    while stack:
+        node, parent = stack.pop()
+        if parent >= 0:
+            right_fixes.append((parent, count))
+        kind = nodes.kind[node]
+        if kind == _TASK:
+            block = blocks[int(nodes.task[node])]
+            chunk = block.copy()
+            chunk[:, 2] = np.where(chunk[:, 2] >= 0, chunk[:, 2] + count, -1)
+        else:
+            chunk = np.empty((1, 4 + channels), dtype=np.int64)
+            split = kind == _SPLIT
+            chunk[0, 0] = nodes.feature[node] if split else -1
+            chunk[0, 1] = nodes.bin[node] if split else -1
+            chunk[0, 2] = -1
+            chunk[0, 3:3 + channels] = nodes.stats[node]
+            chunk[0, 3 + channels] = np.array(nodes.decrease[node] if split else 0.0).view(
+                np.int64)
+            if split:
+                stack.append((nodes.right[node], count))
+                stack.append((nodes.left[node], -1))
+        chunks.append(chunk)
+        count += len(chunk)
+    tree = np.concatenate(chunks)
+    for parent, child in right_fixes:
+        tree[parent, 2] = child
+    return tree
+
+
+def _to_forest(trees, settings):
+    channels = settings.channels
+    packed = np.concatenate(trees)
+    offsets = np.concatenate([[0], np.cumsum([len(t) for t in trees])])
+    feature, bins, right = packed[:, 0], packed[:, 1], packed[:, 2]
+    stats = np.ascontiguousarray(packed[:, 3:3 + channels])
+    decrease = np.ascontiguousarray(packed[:, 3 + channels]).view(np.float64)
+    internal = feature >= 0
+    local_index = np.arange(len(packed)) - np.repeat(offsets[:-1], [len(t) for t in trees])
+    left = np.where(internal, local_index + 1, -1)
+    threshold = np.zeros(len(packed))
+    threshold[internal] = settings.edges.threshold(feature[internal], bins[internal])
+    return Forest(offsets, feature, bins, threshold, left, right, settings.to_values(stats),
+                  _weight(stats, settings.regression).astype(np.float64), decrease)
+
+
+# -- the batch -----------------------------------------------------------------------------------
+
+def grow_trees(ctx, Xb, target, global_index, n_global, trees, settings):
+    """Grow the trees ``trees`` (global tree indices) on every rank's rows (collective).
+
+    Parameters
+    ----------
+    ctx : Context
+    Xb : ndarray of uint8, shape (n_local, n_features)
+        This rank's binned rows.
+    target : ndarray of int64, shape (n_local,)
+        Class codes or fixed-point regression targets.
+    global_index : ndarray of int64, shape (n_local,)
+    n_global : int
+    trees : sequence of int
+    settings : GrowSettings
+
+    Returns
+    -------
+    forest : Forest
+        The trees, identical on every rank.
+    bootstrapped : ndarray of uint8, shape (n_trees,)
+        0 for a tree whose bootstrap drew no row at all (it used every row once).
+    """
+    trees = np.asarray(trees, dtype=np.int64)
+    weights = bootstrap(settings.seed, trees, global_index, settings.bootstrap)
+    in_bag = weights.sum(axis=1, dtype=np.int64)
+    if ctx.size > 1:
+        in_bag = allreduce(in_bag, ctx=ctx)
+    empty = in_bag == 0
+    weights[empty] = 1
+    in_bag[empty] = n_global
+    parts = [np.flatnonzero(w) for w in weights]
+    lengths = np.array([len(part) for part in parts], dtype=np.int64)
+    rows = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+    nodes = _Nodes(settings.channels)
+    roots = nodes.add(len(trees))
+    nodes.tree[roots] = np.arange(len(trees))
+    nodes.parent[roots] = -1
+    nodes.hi[roots] = np.cumsum(lengths)
+    nodes.lo[roots] = nodes.hi[roots] - lengths
+    nodes.weight[roots] = in_bag
+    keys = np.empty(len(trees), dtype=np.uint64)
+    root_keys(settings.seed, trees, keys)
+    nodes.key[roots] = keys
+    threshold = _local_threshold(settings, ctx, n_global)
+    small = in_bag <= threshold
+    nodes.kind[roots] = np.where(small, _TASK, _OPEN)
+    data = GrowData(Xb, target, weights, rows, nodes, settings)
+    _grow_levels(ctx, data, nodes, roots[~small], threshold, settings)
+    tasks = np.flatnonzero(nodes.kind[:nodes.n] == _TASK)
+    nodes.task[tasks] = np.arange(len(tasks))
+    blocks = _grow_tasks(ctx, data, nodes, tasks, settings) if len(tasks) else {}
+    grown = [_assemble_tree(nodes, root, blocks, settings.channels) for root in roots]
+    return _to_forest(grown, settings), (~empty).astype(np.uint8)

@@ -1,0 +1,453 @@
+"""Distributed K-means (Lloyd) with scikit-learn's semantics: :class:`KMeans`.
+
+Each rank passes its own rows. One iteration is one fused Numba pass over
+the local rows (GEMM distances, argmin, per-cluster sums) and one packed
+allreduce; the centers are identical on every rank. With the same initial
+centers the result is scikit-learn's ``KMeans(algorithm="lloyd")`` (same
+centers, inertia and ``n_iter_``), whatever the number of ranks.
+"""
+
+import numbers
+import warnings
+
+import numpy as np
+from sklearn.base import (BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin,
+                          TransformerMixin)
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_array, check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from ..comm.checks import format_ranks, validated_on_every_rank
+from ..comm.movement import broadcast
+from ..comm.objects import allgather_object, broadcast_object
+from ..comm.reductions import allreduce
+from ..kernels._arrays import is_cupy
+from ..kernels.kmeans import assign, chunk_rows_for
+from ._kmeans_init import Shards, kmeans_parallel, kmeans_plusplus, random_rows
+from ._kmeans_lloyd import (LloydState, array_module, global_mean_variance, lloyd_iteration,
+                            run_lloyd, same_clustering, single_blas_thread)
+from ._validation import LocalData, check_local_data, context_of
+
+__all__ = ["KMeans"]
+
+_INIT_METHODS = ("k-means++", "k-means||", "random")
+
+
+def _is_array_init(init):
+    return not isinstance(init, str) and hasattr(init, "__len__")
+
+
+def _centered_copy(X, mean):
+    """``X - mean`` as a new C-contiguous array in ``mean``'s dtype (the kernels need C order)."""
+    xp = array_module(X)
+    out = xp.empty(X.shape, dtype=mean.dtype)
+    xp.subtract(X, xp.asarray(mean), out=out)
+    return out
+
+
+def _check_device_rows(X, name):
+    """CuPy rows as ``check_array`` would check host rows (2-D, numbers, finite)."""
+    import cupy
+
+    if X.ndim != 2:
+        raise ValueError(f"{name}: expected a 2D array, got {X.ndim}D; reshape it with "
+                         "X.reshape(-1, 1) for one feature or X.reshape(1, -1) for one sample")
+    if X.dtype.kind == "c":
+        raise ValueError(f"{name}: Complex data not supported")
+    if X.dtype.kind not in "fiub":
+        raise ValueError(f"{name}: X has dtype {X.dtype}; pass numbers")
+    if X.dtype not in (np.float32, np.float64):
+        X = X.astype(np.float64)
+    if X.shape[1] < 1:
+        raise ValueError(f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of "
+                         "1 is required.")
+    if len(X) and not bool(cupy.isfinite(X).all()):
+        raise ValueError(f"{name}: Input X contains NaN or infinity; remove or impute them")
+    return cupy.ascontiguousarray(X)
+
+
+def check_local_device_data(ctx, X, *, name, n_features=None):
+    """:func:`check_local_data` for CuPy rows (validated on the device, facts agreed globally)."""
+    with validated_on_every_rank(ctx):
+        X = _check_device_rows(X, name)
+    facts = allgather_object((len(X), X.shape[1]), ctx=ctx) if ctx.size > 1 else [
+        (len(X), X.shape[1])]
+    widths = {}
+    for rank, (_, width) in enumerate(facts):
+        widths.setdefault(width, []).append(rank)
+    if len(widths) > 1:
+        listing = ", ".join(f"{format_ranks(r)}: {w}" for w, r in widths.items())
+        raise ValueError(f"{name}: X has a different number of features on different ranks "
+                         f"({listing}); every rank must pass the same columns")
+    width = facts[0][1]
+    if n_features is not None and width != n_features:
+        raise ValueError(f"{name}: X has {width} features, but the estimator was fitted with "
+                         f"{n_features}")
+    return LocalData(X, None, width, [f[0] for f in facts], None)
+
+
+class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator):
+    """K-means clustering of rows spread over MPI ranks (Lloyd's algorithm).
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+    init : {"k-means++", "k-means||", "random"} or array-like of shape \
+(n_clusters, n_features), default="k-means++"
+        ``"k-means++"``: scikit-learn's greedy k-means++ (``2 + log(k)``
+        D^2-sampled trials per center), over the rows of all ranks.
+        ``"k-means||"``: Bahmani et al.'s scalable k-means++ (5 rounds of
+        oversampling with ``l = 2k``, then weighted k-means++ on the
+        candidates). ``"random"``: distinct rows drawn uniformly. An array:
+        the initial centers (the same on every rank).
+    n_init : "auto" or int, default="auto"
+        Runs from different initial centers; the one with the lowest global
+        inertia is kept. ``"auto"``: 10 for ``"random"``, else 1.
+    max_iter : int, default=300
+    tol : float, default=1e-4
+        Stop when the squared Frobenius norm of the center update is at most
+        ``tol`` times the mean per-feature variance of the global data (or
+        when no label changes).
+    random_state : int, RandomState or None
+        Seeds the initialization. With None or a RandomState, rank 0's draw
+        is used on every rank.
+    comm : None, Context or mpi4py communicator
+    verbose : int, default=0
+        Rank 0 prints the inertia of each iteration.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+        Identical on every rank, in the dtype of the training data.
+    labels_ : ndarray of int32, shape (n_local,)
+        The cluster of each of this rank's rows.
+    inertia_ : float
+        Global sum of squared distances of the rows to their centers.
+    n_iter_ : int
+    n_features_in_ : int
+
+    Notes
+    -----
+    Float32 data is clustered in float32 (distances through an sgemm); the
+    per-cluster sums and the inertia are accumulated in float64. As in
+    scikit-learn the data are centered on their (global) mean first, which
+    costs one copy of the local rows. CuPy arrays are clustered on their GPU
+    (plain CuPy array expressions; ``labels_`` and ``predict``'s result stay
+    on the device, the centers are NumPy arrays).
+
+    Examples
+    --------
+    >>> X_local, _ = hpcdist.data.make_blobs(10_000, 2, centers=3)   # doctest: +SKIP
+    >>> km = KMeans(3, random_state=0).fit(X_local)                  # doctest: +SKIP
+    >>> km.cluster_centers_        # the same on every rank          # doctest: +SKIP
+    """
+
+    def __init__(self, n_clusters=8, *, init="k-means++", n_init="auto", max_iter=300,
+                 tol=1e-4, random_state=None, comm=None, verbose=0):
+        self.n_clusters = n_clusters
+        self.init = init
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+        self.comm = comm
+        self.verbose = verbose
+
+    # -- validation -----------------------------------------------------------------------
+    def _check_params(self):
+        """Hyperparameters (the same on every rank, so every rank raises the same)."""
+        name = type(self).__name__
+        for option, value in (("n_clusters", self.n_clusters), ("max_iter", self.max_iter)):
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: {option}={value!r} should be an integer >= 1")
+        if not (isinstance(self.tol, numbers.Real) and self.tol >= 0):
+            raise ValueError(f"{name}: tol={self.tol!r} should be a number >= 0")
+        if self.n_init != "auto" and not (isinstance(self.n_init, numbers.Integral)
+                                          and not isinstance(self.n_init, bool)
+                                          and self.n_init >= 1):
+            raise ValueError(f"{name}: n_init={self.n_init!r} should be 'auto' or an integer "
+                             ">= 1")
+        if not _is_array_init(self.init) and self.init not in _INIT_METHODS:
+            raise ValueError(f"{name}: init={self.init!r} should be one of "
+                             f"{list(_INIT_METHODS)} or an array of shape (n_clusters, "
+                             "n_features)")
+        if _is_array_init(self.init):
+            n_init = 1
+            if self.n_init not in ("auto", 1):
+                warnings.warn(f"Explicit initial center position passed: performing only one "
+                              f"init in {name} instead of n_init={self.n_init}.",
+                              RuntimeWarning, stacklevel=3)
+        elif self.n_init == "auto":
+            n_init = 10 if self.init == "random" else 1
+        else:
+            n_init = int(self.n_init)
+        return n_init
+
+    def _validate(self, X, ctx, name, fitted):
+        check = check_local_device_data if is_cupy(X) else check_local_data
+        kwargs = {} if is_cupy(X) else {"min_local_rows": 0}
+        data = check(ctx, X, name=name, n_features=self.n_features_in_ if fitted else None,
+                     **kwargs)
+        if data.n_global < self.n_clusters:
+            raise ValueError(f"n_samples={data.n_global} should be >= "
+                             f"n_clusters={self.n_clusters}.")
+        return data
+
+    def _array_init(self, X, ctx):
+        """The init array, checked on every rank and taken from rank 0."""
+        with validated_on_every_rank(ctx):
+            init = check_array(self.init, dtype=X.dtype, copy=True, order="C",
+                               input_name="init")
+            if init.shape != (self.n_clusters, X.shape[1]):
+                raise ValueError(f"The shape of the initial centers {init.shape} does not "
+                                 f"match the number of clusters {self.n_clusters} and the "
+                                 f"number of features {X.shape[1]} of the data; pass an "
+                                 f"array of shape ({self.n_clusters}, {X.shape[1]}).")
+        if ctx.size > 1:
+            agreed = broadcast(init.copy(), root=0, ctx=ctx)
+            with validated_on_every_rank(ctx):
+                if not np.array_equal(agreed, init):
+                    raise ValueError(f"{type(self).__name__}: init differs between ranks; "
+                                     "pass the same initial centers on every rank")
+        return init
+
+    def _seed(self, ctx):
+        """An int seed, the same on every rank (rank 0's when random_state is not an int)."""
+        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        if ctx.size > 1 and not isinstance(self.random_state, numbers.Integral):
+            seed = broadcast_object(seed, root=0, ctx=ctx)
+        return seed
+
+    # -- fitting ----------------------------------------------------------------------------
+    def _prepare(self, data, ctx):
+        """Global statistics, the centered rows and everything an initialization needs."""
+        X = data.X
+        mean, variance = global_mean_variance(X, ctx)
+        self._tol = float(np.mean(variance) * self.tol) if self.tol else 0.0
+        self._X_mean = mean.astype(X.dtype)
+        Xc = _centered_copy(X, self._X_mean)
+        shards = Shards(data.counts, ctx.rank)
+        init = self._array_init(X, ctx) if _is_array_init(self.init) else None
+        if init is not None:
+            init = init - self._X_mean
+        self.n_features_in_ = data.n_features
+        self._n_features_out = self.n_clusters
+        return Xc, shards, init
+
+    def _initial_centers(self, Xc, init, rng, shards, ctx):
+        if init is not None:
+            return init.copy()
+        if self.init == "k-means++":
+            return kmeans_plusplus(Xc, self.n_clusters, rng, shards, ctx)
+        if self.init == "k-means||":
+            return kmeans_parallel(Xc, self.n_clusters, rng, shards, ctx)
+        return random_rows(Xc, self.n_clusters, rng, shards, ctx)
+
+    def fit(self, X_local, y=None, *, checkpoint=None, checkpoint_every=None):
+        """Cluster the rows of all ranks.
+
+        Parameters
+        ----------
+        X_local : array-like of shape (n_local, n_features)
+            This rank's rows (float32 is kept, other numbers become float64;
+            a rank may have no rows).
+        y : ignored
+        checkpoint, checkpoint_every : None
+            Reserved for HDF5 checkpoints (not available yet; must be None).
+
+        Returns
+        -------
+        self
+        """
+        if checkpoint is not None or checkpoint_every is not None:
+            raise NotImplementedError(f"{type(self).__name__}.fit: checkpoint= is not "
+                                      "supported yet; save with state_dict() meanwhile")
+        n_init = self._check_params()
+        ctx = context_of(self.comm)
+        data = self._validate(X_local, ctx, f"{type(self).__name__}.fit", fitted=False)
+        Xc, shards, init = self._prepare(data, ctx)
+        rng = np.random.RandomState(self._seed(ctx))
+        best = None
+        with single_blas_thread():
+            for _ in range(n_init):
+                centers = self._initial_centers(Xc, init, rng, shards, ctx)
+                if self.verbose and ctx.rank == 0:
+                    print("Initialization complete", flush=True)
+                run = run_lloyd(Xc, centers, shards, ctx, max_iter=int(self.max_iter),
+                                tol=self._tol, verbose=bool(self.verbose))
+                if best is None or (run[1] < best[1] and not same_clustering(
+                        run[0], best[0], self.n_clusters, ctx)):
+                    best = run
+        labels, inertia, centers, n_iter, counts = best
+        distinct = int((counts > 0).sum())
+        if distinct < self.n_clusters and ctx.rank == 0:
+            warnings.warn(f"Number of distinct clusters ({distinct}) found smaller than "
+                          f"n_clusters ({self.n_clusters}). Possibly due to duplicate points "
+                          "in X.", ConvergenceWarning, stacklevel=2)
+        self._centered = centers
+        self.cluster_centers_ = centers + self._X_mean
+        self.labels_ = labels
+        self.inertia_ = float(inertia)
+        self.n_iter_ = int(n_iter)
+        return self
+
+    def fit_predict(self, X_local, y=None, **fit_params):
+        """Fit, then return ``labels_`` (this rank's rows)."""
+        return self.fit(X_local, y, **fit_params).labels_
+
+    # -- inference ------------------------------------------------------------------------
+    def _check_test_data(self, X):
+        check_is_fitted(self, "cluster_centers_")
+        if is_cupy(X):
+            X = _check_device_rows(X, type(self).__name__)
+        else:
+            X = check_array(X, dtype=[np.float64, np.float32], order="C", input_name="X")
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is "
+                             f"expecting {self.n_features_in_} features as input.")
+        return X
+
+    def _assign(self, X, labels):
+        centers = np.ascontiguousarray(self.cluster_centers_, dtype=X.dtype)
+        with single_blas_thread():
+            return assign(X, centers, labels,
+                          chunk_rows=chunk_rows_for(self.n_clusters, X.dtype.itemsize))
+
+    def predict(self, X_local):
+        """Index of the nearest center for each of the rows given (local, no communication).
+
+        Returns
+        -------
+        labels : ndarray of int32, shape (n_rows,)
+        """
+        X = self._check_test_data(X_local)
+        xp = array_module(X)
+        labels = xp.empty(len(X), dtype=xp.int32)
+        self._assign(X, labels)
+        return labels
+
+    def transform(self, X_local):
+        """Euclidean distance of each row given to every center, shape (n_rows, n_clusters)."""
+        from sklearn.metrics.pairwise import euclidean_distances
+
+        X = self._check_test_data(X_local)
+        centers = self.cluster_centers_.astype(X.dtype, copy=False)
+        if is_cupy(X):
+            import cupy
+            centers = cupy.asarray(centers)
+            squared = ((X * X).sum(axis=1)[:, None] - 2 * (X @ centers.T)
+                       + (centers * centers).sum(axis=1)[None, :])
+            return cupy.sqrt(cupy.maximum(squared, 0))
+        return euclidean_distances(X, centers)
+
+    def score(self, X_local, y=None):
+        """Opposite of the global inertia of the rows of all ranks (collective)."""
+        ctx = context_of(self.comm)
+        with validated_on_every_rank(ctx):  # a bad input on one rank fails all
+            X = self._check_test_data(X_local)
+        xp = array_module(X)
+        inertia = self._assign(X, xp.empty(len(X), dtype=xp.int32))
+        if ctx.size > 1:
+            inertia = float(allreduce(np.array([inertia]), ctx=ctx)[0])
+        return -float(inertia)
+
+    # -- trainer protocol ----------------------------------------------------------------------
+    def train_epoch(self, X_local, y_local=None):
+        """One Lloyd iteration over this rank's rows (initializing on the first call).
+
+        The first call validates, centers and initializes like :meth:`fit`
+        (one initialization). ``labels_`` and ``inertia_`` are those of the
+        centers before the update; ``cluster_centers_`` the updated ones.
+        Calls from the same initial centers reproduce :meth:`fit`'s centers.
+
+        Returns
+        -------
+        self
+        """
+        ctx = context_of(self.comm)
+        fitted = hasattr(self, "cluster_centers_")
+        if not fitted:
+            self._check_params()
+        data = self._validate(X_local, ctx, f"{type(self).__name__}.train_epoch", fitted)
+        if not fitted:
+            Xc, shards, init = self._prepare(data, ctx)
+            rng = np.random.RandomState(self._seed(ctx))
+            with single_blas_thread():
+                self._centered = self._initial_centers(Xc, init, rng, shards, ctx)
+            self.n_iter_ = 0
+        else:
+            Xc = _centered_copy(data.X, self._X_mean)
+            shards = Shards(data.counts, ctx.rank)
+        labels = getattr(self, "labels_", None)
+        if labels is None or len(labels) != len(Xc):
+            labels = None
+        state = LloydState(Xc, self._centered, labels)
+        with single_blas_thread():
+            inertia, _, _, _ = lloyd_iteration(Xc, state, shards, ctx)
+        self._centered = state.centers
+        self.cluster_centers_ = state.centers + self._X_mean
+        self.labels_ = state.labels
+        self.inertia_ = inertia
+        self.n_iter_ += 1
+        return self
+
+    def get_parameters(self):
+        """The centers, flattened, as float64 (shape ``(n_clusters * n_features,)``)."""
+        check_is_fitted(self, "cluster_centers_")
+        return self.cluster_centers_.astype(np.float64).ravel()
+
+    def set_parameters(self, vector):
+        """Load centers from a vector made by :meth:`get_parameters`."""
+        check_is_fitted(self, "cluster_centers_")
+        vector = np.asarray(vector, dtype=np.float64).ravel()
+        shape = self.cluster_centers_.shape
+        if vector.size != shape[0] * shape[1]:
+            raise ValueError(f"{type(self).__name__}.set_parameters: got {vector.size} values, "
+                             f"the model has {shape[0] * shape[1]} ({shape[0]} centers x "
+                             f"{shape[1]} features)")
+        self._set_centers(vector.reshape(shape).astype(self.cluster_centers_.dtype))
+        return self
+
+    def _set_centers(self, centers):
+        self.cluster_centers_ = centers
+        mean = getattr(self, "_X_mean", np.zeros(centers.shape[1], centers.dtype))
+        self._centered = (centers - mean).astype(centers.dtype)
+
+    def synchronize_model(self):
+        """Average the centers over ranks so that every rank holds the same ones."""
+        check_is_fitted(self, "cluster_centers_")
+        ctx = context_of(self.comm)
+        if ctx.size > 1:
+            average = allreduce(self.cluster_centers_.astype(np.float64), op="mean", ctx=ctx)
+            self._set_centers(average.astype(self.cluster_centers_.dtype))
+        return self
+
+    def state_dict(self):
+        """Centers and progress as a plain dict of arrays and scalars (no pickles)."""
+        check_is_fitted(self, "cluster_centers_")
+        return {
+            "cluster_centers": self.cluster_centers_.copy(),
+            "centered_centers": np.asarray(self._centered).copy(),
+            "mean": np.asarray(self._X_mean).copy(),
+            "tol": float(self._tol),
+            "inertia": float(getattr(self, "inertia_", np.nan)),
+            "n_iter": int(getattr(self, "n_iter_", 0)),
+            "n_features_in": int(self.n_features_in_),
+        }
+
+    def load_state_dict(self, state):
+        """Restore from :meth:`state_dict` (``labels_`` is not restored: it is local)."""
+        centers = np.array(state["cluster_centers"])
+        if centers.ndim != 2 or centers.shape[0] != self.n_clusters:
+            raise ValueError(f"{type(self).__name__}.load_state_dict: cluster_centers of shape "
+                             f"{centers.shape} do not fit n_clusters={self.n_clusters}")
+        self.cluster_centers_ = centers
+        self._centered = np.array(state["centered_centers"], dtype=centers.dtype)
+        self._X_mean = np.array(state["mean"], dtype=centers.dtype)
+        self._tol = float(state["tol"])
+        self.inertia_ = float(state["inertia"])
+        self.n_iter_ = int(state["n_iter"])
+        self.n_features_in_ = int(state["n_features_in"])
+        self._n_features_out = self.n_clusters
+        self.__dict__.pop("labels_", None)
+        return self

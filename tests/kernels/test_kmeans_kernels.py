@@ -1,0 +1,163 @@
+"""K-means kernels against plain NumPy: the fused Lloyd pass, assignment, k-means++ trials."""
+import numpy as np
+import pytest
+
+from hpcdist.kernels.kmeans import (MAX_CHUNK_ROWS, MIN_CHUNK_ROWS, assign, column_moments,
+                                    candidate_potentials, chunk_rows_for, labelled_inertia,
+                                    lloyd_step)
+
+DTYPES = (np.float32, np.float64)
+
+
+def _data(n=1000, d=7, k=9, dtype=np.float64, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)).astype(dtype)
+    centers = rng.normal(size=(k, d)).astype(dtype)
+    return X, centers
+
+
+def _reference(X, centers):
+    """Nearest centers and exact squared distances in float64."""
+    sq = ((X[:, None, :].astype(np.float64) - centers[None].astype(np.float64)) ** 2).sum(-1)
+    labels = sq.argmin(axis=1)
+    return labels, sq[np.arange(len(X)), labels]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("chunk_rows,n_blocks", [(64, 1), (64, 3), (256, 2), (4096, 1)])
+def test_lloyd_step_matches_numpy(dtype, chunk_rows, n_blocks):
+    X, centers = _data(n=1000, dtype=dtype)  # 1000 rows: a partial last chunk
+    labels = np.full(len(X), -1, np.int32)
+    labels[:10] = _reference(X[:10], centers)[0]  # ten rows keep their label
+    sums, counts = np.zeros(centers.shape), np.zeros(len(centers))
+    inertia, changed = lloyd_step(X, centers, labels, sums, counts, chunk_rows=chunk_rows,
+                                  n_blocks=n_blocks)
+    expected, distances = _reference(X, centers)
+    np.testing.assert_array_equal(labels, expected)
+    assert labels.dtype == np.int32
+    assert changed == len(X) - 10
+    np.testing.assert_allclose(inertia, distances.sum(), rtol=1e-12 if dtype == np.float64
+                               else 1e-6)
+    np.testing.assert_array_equal(counts, np.bincount(expected, minlength=len(centers)))
+    reference_sums = np.zeros(centers.shape)
+    np.add.at(reference_sums, expected, X.astype(np.float64))
+    np.testing.assert_allclose(sums, reference_sums, rtol=1e-12, atol=1e-9)
+
+
+def test_lloyd_step_accumulates_and_counts_no_change():
+    X, centers = _data(n=300)
+    labels = np.full(len(X), -1, np.int32)
+    sums, counts = np.ones(centers.shape), np.ones(len(centers))
+    lloyd_step(X, centers, labels, sums, counts, chunk_rows=64)
+    sums2, counts2 = np.zeros(centers.shape), np.zeros(len(centers))
+    _, changed = lloyd_step(X, centers, labels, sums2, counts2, chunk_rows=64)
+    assert changed == 0
+    np.testing.assert_allclose(sums, sums2 + 1)  # added to, not overwritten
+    np.testing.assert_array_equal(counts, counts2 + 1)
+
+
+def test_ties_go_to_the_lowest_center_like_sklearn():
+    X = np.zeros((5, 2))
+    centers = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    labels = np.full(5, -1, np.int32)
+    lloyd_step(X, centers, labels, np.zeros((3, 2)), np.zeros(3), chunk_rows=64)
+    np.testing.assert_array_equal(labels, 0)
+
+
+def test_results_do_not_depend_on_chunks_or_threads():
+    X, centers = _data(n=2000, dtype=np.float32, seed=3)
+    results = []
+    for chunk_rows, n_blocks in ((64, 1), (128, 4), (512, 2)):
+        labels = np.full(len(X), -1, np.int32)
+        sums, counts = np.zeros(centers.shape), np.zeros(len(centers))
+        inertia, _ = lloyd_step(X, centers, labels, sums, counts, chunk_rows=chunk_rows,
+                                n_blocks=n_blocks)
+        results.append((labels, counts, sums, inertia))
+    for labels, counts, sums, inertia in results[1:]:
+        np.testing.assert_array_equal(labels, results[0][0])
+        np.testing.assert_array_equal(counts, results[0][1])
+        np.testing.assert_allclose(sums, results[0][2], rtol=1e-12)
+        np.testing.assert_allclose(inertia, results[0][3], rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_assign_labels_counts_and_distances(dtype):
+    X, centers = _data(n=700, dtype=dtype, seed=1)
+    labels = np.empty(len(X), np.int32)
+    counts, distances = np.zeros(len(centers)), np.empty(len(X))
+    inertia = assign(X, centers, labels, counts=counts, sq_distances=distances, chunk_rows=64)
+    expected, expected_distances = _reference(X, centers)
+    np.testing.assert_array_equal(labels, expected)
+    np.testing.assert_array_equal(counts, np.bincount(expected, minlength=len(centers)))
+    rtol = 1e-12 if dtype == np.float64 else 1e-6
+    np.testing.assert_allclose(distances, expected_distances, rtol=rtol)
+    np.testing.assert_allclose(inertia, expected_distances.sum(), rtol=rtol)
+    # without the optional outputs
+    other = np.empty(len(X), np.int32)
+    assert assign(X, centers, other, chunk_rows=128) == pytest.approx(inertia, rel=1e-12)
+    np.testing.assert_array_equal(other, labels)
+
+
+def test_labelled_inertia_uses_the_given_labels():
+    X, centers = _data(n=100, seed=2)
+    labels = np.arange(len(X), dtype=np.int32) % len(centers)
+    expected = ((X - centers[labels]) ** 2).sum()
+    assert labelled_inertia(X, centers, labels) == pytest.approx(expected, rel=1e-12)
+    assert labelled_inertia(X, centers, labels, n_blocks=3) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_candidate_potentials(dtype):
+    X, candidates = _data(n=300, k=4, dtype=dtype, seed=5)
+    closest = np.random.default_rng(0).uniform(0, 20, size=len(X))
+    out = np.empty((4, len(X)))
+    potentials = candidate_potentials(X, candidates, closest, out, n_blocks=3)
+    sq = ((X[None].astype(np.float64) - candidates[:, None].astype(np.float64)) ** 2).sum(-1)
+    expected = np.minimum(sq, closest)
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
+    np.testing.assert_allclose(potentials, expected.sum(axis=1), rtol=1e-12)
+    # before the first center, closest is infinite: the plain squared distances
+    candidate_potentials(X, candidates[:1], np.full(len(X), np.inf), out[:1])
+    np.testing.assert_allclose(out[0], sq[0], rtol=1e-12)
+
+
+def test_empty_inputs():
+    centers = np.ones((3, 2))
+    X = np.empty((0, 2))
+    labels = np.empty(0, np.int32)
+    assert lloyd_step(X, centers, labels, np.zeros((3, 2)), np.zeros(3), chunk_rows=64) == (0.0, 0)
+    assert assign(X, centers, labels, chunk_rows=64) == 0.0
+    assert labelled_inertia(X, centers, labels) == 0.0
+    np.testing.assert_array_equal(candidate_potentials(X, centers, np.empty(0),
+                                                       np.empty((3, 0))), np.zeros(3))
+
+
+def test_chunk_rows_for():
+    assert chunk_rows_for(64, 4) == 256
+    assert chunk_rows_for(64, 8) == 128
+    assert chunk_rows_for(1, 8) == MAX_CHUNK_ROWS
+    assert chunk_rows_for(100_000, 4) == MIN_CHUNK_ROWS
+    assert all(chunk_rows_for(k, 4) % 16 == 0 for k in (3, 7, 100, 999))
+
+
+def test_nan_rows_stay_visible():
+    """fastmath keeps NaN: a NaN row makes the inertia NaN (validation happens above)."""
+    X, centers = _data(n=50)
+    X[3, 0] = np.nan
+    labels = np.full(len(X), -1, np.int32)
+    inertia, _ = lloyd_step(X, centers, labels, np.zeros(centers.shape),
+                            np.zeros(len(centers)), chunk_rows=64)
+    assert np.isnan(inertia)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n_blocks", [1, 3])
+def test_column_moments(dtype, n_blocks):
+    X, _ = _data(n=1001, d=6, dtype=dtype, seed=7)
+    X += 1000.0  # far from the origin: no cancellation allowed
+    mean, m2 = column_moments(X, n_blocks=n_blocks)
+    X64 = X.astype(np.float64)
+    np.testing.assert_allclose(mean, X64.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(m2, ((X64 - X64.mean(axis=0)) ** 2).sum(axis=0), rtol=1e-9)
+    empty_mean, empty_m2 = column_moments(np.empty((0, 6), dtype))
+    assert not empty_mean.any() and not empty_m2.any()

@@ -1,0 +1,193 @@
+"""Numba kernels of the random forest against plain NumPy / Python references."""
+import math
+
+import numpy as np
+import pytest
+
+from hpcdist.kernels.trees import (CRITERIA, MAX_BOOTSTRAP_WEIGHT, bin_columns,
+                                   bootstrap_weights, build_histograms, child_keys,
+                                   evaluate_nodes, feature_orders, forest_mean_values,
+                                   grow_subtrees, hash_below, partition_nodes, root_keys)
+
+
+@pytest.mark.parametrize("n_edges", [0, 1, 2, 3, 7, 16, 255])
+def test_bin_columns_counts_the_edges_below(n_edges):
+    rng = np.random.default_rng(n_edges)
+    edges = [np.sort(rng.choice(np.arange(1000) / 10.0, n_edges, replace=False))
+             for _ in range(3)]
+    X = rng.integers(-5, 1005, size=(500, 3)) / 10.0
+    for f, e in enumerate(edges):  # values equal to an edge go to the lower bin
+        X[:len(e), f] = e[:500]
+    offsets = np.concatenate([[0], np.cumsum([len(e) for e in edges])])
+    out = np.empty(X.shape, dtype=np.uint8)
+    bin_columns(X, np.concatenate(edges), offsets, out)
+    expected = np.stack([np.searchsorted(e, X[:, f], side="left")
+                         for f, e in enumerate(edges)], axis=1)
+    np.testing.assert_array_equal(out, expected)
+    out32 = np.empty(X.shape, dtype=np.uint8)
+    bin_columns(X.astype(np.float32), np.concatenate(edges), offsets, out32)
+    expected32 = np.stack([np.searchsorted(e, X[:, f].astype(np.float32), side="left")
+                           for f, e in enumerate(edges)], axis=1)
+    np.testing.assert_array_equal(out32, expected32)
+
+
+def test_bootstrap_weights_are_poisson_and_per_row():
+    rows = np.arange(200_000, dtype=np.int64)
+    trees = np.array([0, 1, 5], dtype=np.int64)
+    out = np.empty((3, len(rows)), dtype=np.uint8)
+    bootstrap_weights(np.uint64(42), trees, rows, out)
+    assert abs(out.mean() - 1.0) < 0.01
+    assert abs((out == 0).mean() - math.exp(-1)) < 0.005
+    assert abs((out == 2).mean() - math.exp(-1) / 2) < 0.005
+    assert out.max() <= MAX_BOOTSTRAP_WEIGHT
+    assert not np.array_equal(out[0], out[1])
+    # a row's weight depends only on (seed, tree, global row): any subset, any order
+    subset = np.array([199_999, 7, 123_456], dtype=np.int64)
+    part = np.empty((1, 3), dtype=np.uint8)
+    bootstrap_weights(np.uint64(42), trees[1:2], subset, part)
+    np.testing.assert_array_equal(part[0], out[1, subset])
+
+
+def test_hash_below_keeps_the_expected_fraction():
+    rows = np.arange(100_000, dtype=np.int64)
+    mask = np.empty(len(rows), dtype=np.bool_)
+    hash_below(np.uint64(3), rows, np.uint64(2 ** 62), mask)  # a quarter
+    assert abs(mask.mean() - 0.25) < 0.01
+
+
+def test_feature_orders_are_permutations_with_stable_prefixes():
+    keys = np.empty(50, dtype=np.uint64)
+    root_keys(np.uint64(9), np.arange(50, dtype=np.int64), keys)
+    assert len(set(keys.tolist())) == 50
+    full = np.empty((50, 12), dtype=np.int64)
+    feature_orders(keys, 12, 12, full)
+    first = np.empty((50, 4), dtype=np.int64)
+    feature_orders(keys, 12, 4, first)
+    np.testing.assert_array_equal(first, full[:, :4])
+    assert (np.sort(full, axis=1) == np.arange(12)).all()
+    assert len({tuple(row) for row in first}) > 40  # the orders differ between nodes
+    left, right = np.empty(50, dtype=np.uint64), np.empty(50, dtype=np.uint64)
+    child_keys(keys, left, right)
+    assert len(set(keys.tolist()) | set(left.tolist()) | set(right.tolist())) == 150
+
+
+def _reference_histograms(Xb, target, weights, rows, node_lo, node_hi, node_tree, features_of,
+                          n_bins, channels, regression):
+    hists = []
+    for k, features in enumerate(features_of):
+        for f in features:
+            h = np.zeros((n_bins[f], channels), dtype=np.int64)
+            for i in rows[node_lo[k]:node_hi[k]]:
+                w = int(weights[node_tree[k], i])
+                if regression:
+                    h[Xb[i, f]] += (w * target[i], w)
+                else:
+                    h[Xb[i, f], target[i]] += w
+            hists.append(h.ravel())
+    return np.concatenate(hists)
+
+
+@pytest.mark.parametrize("regression", [False, True])
+def test_build_histograms_and_evaluate_nodes(regression):
+    rng = np.random.default_rng(1)
+    n, channels = 300, (2 if regression else 3)
+    n_bins = np.array([5, 8, 2, 16], dtype=np.int64)
+    Xb = np.stack([rng.integers(0, b, n) for b in n_bins], axis=1).astype(np.uint8)
+    target = (rng.integers(-1000, 1000, n) if regression
+              else (Xb[:, 1] > 3).astype(np.int64) + (Xb[:, 3] > 12))
+    weights = rng.poisson(1.0, size=(2, n)).astype(np.uint8)
+    rows = np.concatenate([np.flatnonzero(weights[0]), np.flatnonzero(weights[1])])
+    split = np.count_nonzero(weights[0])
+    node_lo = np.array([0, split], dtype=np.int64)
+    node_hi = np.array([split, len(rows)], dtype=np.int64)
+    node_tree = np.array([0, 1], dtype=np.int64)
+    features_of = [[1, 3, 0], [2, 1]]
+    ptr = np.array([0, 3, 5], dtype=np.int64)
+    features = np.array(sum(features_of, []), dtype=np.int64)
+    sizes = n_bins[features] * channels
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    hist = np.zeros(int(sizes.sum()), dtype=np.int64)
+    build_histograms(Xb, target, weights, rows, node_lo, node_hi, node_tree, ptr, features,
+                     offsets, channels, regression, hist)
+    np.testing.assert_array_equal(hist, _reference_histograms(
+        Xb, target, weights, rows, node_lo, node_hi, node_tree, features_of, n_bins, channels,
+        regression))
+
+    criterion = CRITERIA["squared_error" if regression else "gini"]
+    out = dict(best_feature=np.empty(2, np.int64), best_bin=np.empty(2, np.int64),
+               score=np.empty(2), decrease=np.empty(2), left=np.empty((2, channels), np.int64),
+               totals=np.empty((2, channels), np.int64), found=np.empty(2, np.bool_))
+    evaluate_nodes(hist, ptr, features, offsets, n_bins, channels, criterion, 1,
+                   np.zeros(2, np.bool_), *out.values())
+    for k in range(2):  # brute force over every feature and threshold
+        best = (-np.inf, None, None)
+        for j in range(ptr[k], ptr[k + 1]):
+            f = features[j]
+            h = hist[offsets[j]:offsets[j] + sizes[j]].reshape(n_bins[f], channels)
+            total = h.sum(axis=0)
+            np.testing.assert_array_equal(out["totals"][k], total)
+            for t in range(n_bins[f] - 1):
+                left = h[:t + 1].sum(axis=0)
+                right = total - left
+                wl, wr = (left[1], right[1]) if regression else (left.sum(), right.sum())
+                if wl < 1 or wr < 1 or not h[t + 1:].any() or (
+                        h[t] == 0).all():
+                    continue
+                if regression:
+                    score = wl * wr / (wl + wr) * (left[0] / wl - right[0] / wr) ** 2
+                else:
+                    score = (left ** 2).sum() / wl + (right ** 2).sum() / wr
+                if score > best[0] + 1e-9:
+                    best = (score, f, t)
+        assert out["best_feature"][k] == best[1] and out["best_bin"][k] == best[2], (k, best)
+        assert out["score"][k] == pytest.approx(best[0], rel=1e-12)
+        assert out["found"][k]
+
+
+def test_partition_nodes_puts_low_bins_first():
+    Xb = np.array([[3], [0], [2], [1], [5], [2]], dtype=np.uint8)
+    rows = np.array([0, 1, 2, 3, 4, 5], dtype=np.int64)
+    n_left = np.empty(2, dtype=np.int64)
+    partition_nodes(Xb, rows, np.array([0, 3]), np.array([3, 6]), np.array([0, 0]),
+                    np.array([2, 1]), n_left)
+    np.testing.assert_array_equal(n_left, [2, 1])
+    assert set(rows[:2]) == {1, 2} and rows[2] == 0
+    assert rows[3] == 3 and set(rows[4:]) == {4, 5}
+
+
+def test_grow_subtrees_separable_data():
+    """One feature separates two classes: a root split at the boundary and two pure leaves."""
+    Xb = np.array([[0, 7], [1, 3], [2, 5], [5, 1], [6, 4], [9, 2]], dtype=np.uint8)
+    target = np.array([0, 0, 0, 1, 1, 1], dtype=np.int64)
+    rows = np.arange(6, dtype=np.int64)
+    weights = np.array([1, 2, 1, 1, 1, 3], dtype=np.uint8)
+    n_bins = np.array([10, 8], dtype=np.int64)
+    capacity = 11
+    outputs = (np.empty(capacity, np.int64), np.empty(capacity, np.int64),
+               np.empty(capacity, np.int64), np.empty((capacity, 2), np.int64),
+               np.empty(capacity), np.empty(1, np.int64))
+    grow_subtrees(Xb, target, rows, weights, np.array([0]), np.array([6]),
+                  np.array([5], dtype=np.uint64), np.array([0]), n_bins, 2, 2, CRITERIA["gini"],
+                  100, 2, 1, np.array([0]), *outputs)
+    feature, bins, right, stats, decrease, count = outputs
+    assert count[0] == 3
+    # both features separate the classes; the first best in the node's feature order wins
+    assert (feature[0], bins[0]) in {(0, 2), (1, 3)}
+    np.testing.assert_array_equal(feature[1:3], [-1, -1])
+    assert right[0] == 2
+    np.testing.assert_array_equal(stats[:3], [[4, 5], [4, 0], [0, 5]])
+    assert decrease[0] == pytest.approx(9 - (16 + 25) / 9)  # W * gini of the root
+
+
+def test_forest_mean_values_traverses_every_tree():
+    # tree 0: x0 <= 0.5 ? [1, 0] : [0, 1]; tree 1: a single leaf [0.5, 0.5]
+    offsets = np.array([0, 3, 4], dtype=np.int64)
+    feature = np.array([0, -1, -1, -1], dtype=np.int32)
+    threshold = np.array([0.5, 0, 0, 0])
+    left = np.array([1, -1, -1, -1], dtype=np.int32)
+    right = np.array([2, -1, -1, -1], dtype=np.int32)
+    value = np.array([[0.5, 0.5], [1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])
+    X = np.array([[0.0], [0.5], [0.7]])
+    out = np.empty((3, 2))
+    forest_mean_values(X, offsets, feature, threshold, left, right, value, out)
+    np.testing.assert_allclose(out, [[0.75, 0.25], [0.75, 0.25], [0.25, 0.75]])

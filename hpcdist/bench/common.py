@@ -11,7 +11,8 @@ import time
 import numpy as np
 
 __all__ = ["KIB", "MIB", "format_size", "package_version", "load_average", "machine_info",
-           "median_seconds", "init_gloo", "pyplot", "write_report"]
+           "median_seconds", "init_gloo", "pyplot", "write_report", "rank_counts",
+           "add_job_options", "launch_jobs", "run_per_rank_count"]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -175,3 +176,105 @@ def write_report(report, output_dir, name, plot=None):
     png_path = output_dir / f"{name}.png"
     if plot is not None and plot(report, png_path):
         print(f"wrote {png_path}", flush=True)
+
+
+# -- benchmarks that run one mpiexec job per rank count ----------------------------------------
+
+def rank_counts(text):
+    """``"1,2"`` as ``[1, 2]`` (sorted, unique, each >= 1), for ``--ranks``."""
+    import argparse
+    try:
+        values = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        values = []
+    if not values or values[0] < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} should be a comma list of positive "
+                                         "integers, e.g. 1,2")
+    return values
+
+
+def add_job_options(parser, name, *, default_ranks=(1, 2), plot=True):
+    """The options every per-rank-count benchmark shares: ``--ranks``,
+    ``--output-dir``, ``--name``, ``--no-plot`` and the hidden ``--part``."""
+    import argparse
+    from pathlib import Path
+    parser.add_argument("--ranks", type=rank_counts, default=list(default_ranks),
+                        help="rank counts, one mpiexec job each, when not started under "
+                             f"mpiexec (default {','.join(map(str, default_ranks))})")
+    if plot:
+        parser.add_argument("--no-plot", action="store_true", help="do not write the PNG plot")
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks") / "results",
+                        help="where NAME.json (and NAME.png) go (default: ./benchmarks/results)")
+    parser.add_argument("--name", default=name,
+                        help=f"file name stem of the outputs (default: {name})")
+    parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)  # a job's own JSON
+
+
+def launch_jobs(module, argv, ranks):
+    """Run ``python -m module ARGV`` under ``mpiexec -n N`` for each N in ``ranks``.
+
+    Returns
+    -------
+    dict or int
+        Each job's record (the JSON it wrote to ``--part``) by rank count, or
+        the exit status of the first job that failed.
+    """
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from ..cli.launcher import find_mpiexec
+    env = os.environ.copy()  # the jobs import this hpcdist, installed or not
+    source = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([source] + ([env["PYTHONPATH"]]
+                                                    if env.get("PYTHONPATH") else []))
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="hpcdist-bench-") as tmp:
+        for n in ranks:
+            part = Path(tmp) / f"ranks{n}.json"
+            command = [find_mpiexec(), "-n", str(n), sys.executable, "-m", module, *argv,
+                       "--part", str(part)]
+            print("+ " + " ".join(command), flush=True)
+            code = subprocess.call(command, env=env)
+            if code != 0:
+                print(f"{module}: the job at {n} ranks failed (exit status {code})",
+                      file=sys.stderr, flush=True)
+                return code
+            runs[n] = json.loads(part.read_text())
+    return runs
+
+
+def run_per_rank_count(argv, args, *, module, title, measure_job, describe, write):
+    """The ``main`` of a benchmark measured by one job per rank count.
+
+    Outside mpiexec: launch a job per ``args.ranks``, print each record with
+    ``describe(run, runs)`` and ``write(runs, args)`` the merged report.
+    Inside a job: ``measure_job(args)`` (None on ranks other than 0), then
+    hand the record to the parent through ``--part`` or write it directly.
+
+    Returns
+    -------
+    int
+        Exit status.
+    """
+    from ..cli.launcher import under_mpi_launcher
+    if not under_mpi_launcher():
+        runs = launch_jobs(module, argv, args.ranks)
+        if isinstance(runs, int):
+            return runs
+        print("\n" + "=" * 72 + f"\n{title}", flush=True)
+        for run in runs.values():
+            print(describe(run, runs), flush=True)
+        write(runs, args)
+        return 0
+    run = measure_job(args)
+    if run is not None:
+        runs = {run["ranks"]: run}
+        print(describe(run, runs), flush=True)
+        if args.part is not None:
+            args.part.write_text(json.dumps(run))
+        else:
+            args.ranks = [run["ranks"]]
+            write(runs, args)
+    return 0

@@ -48,17 +48,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
-from .common import load_average, machine_info, package_version, write_report
+from .common import (add_job_options, load_average, machine_info, package_version,
+                     run_per_rank_count, write_report)
 
 __all__ = ["main", "DATA", "TARGET_SPEEDUP", "TARGET_ACCURACY_GAP"]
 
@@ -77,17 +74,6 @@ TARGET_RANKS = 2
 
 # -- arguments ------------------------------------------------------------------------------
 
-def _int_list(text):
-    try:
-        values = sorted({int(part) for part in text.split(",") if part.strip()})
-    except ValueError:
-        values = []
-    if not values or values[0] < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} should be a comma list of positive "
-                                         "integers, e.g. 1,2")
-    return values
-
-
 def _build_parser():
     parser = argparse.ArgumentParser(
         prog="hpcdist bench forest",
@@ -95,9 +81,6 @@ def _build_parser():
                     "200,000 x 32 generated rows: hpcdist at each rank count against "
                     "scikit-learn (and scikit-learn-intelex) with n_jobs=cores. Outside "
                     "mpiexec it launches one job per rank count.")
-    parser.add_argument("--ranks", type=_int_list, default=list(DEFAULT_RANKS),
-                        help="rank counts, one mpiexec job each, when not started under "
-                             "mpiexec (default 1,2)")
     for name, help_text in (("train", "training rows"), ("test", "held-out rows"),
                             ("trees", "trees per forest"), ("max-depth", "max_depth"),
                             ("repetitions", "timed hpcdist fits per job"),
@@ -110,11 +93,7 @@ def _build_parser():
                         help="tiny run for tests: 4,000 rows, 8 trees of depth 8, 1 repetition")
     parser.add_argument("--no-baseline", action="store_true",
                         help="leave scikit-learn and scikit-learn-intelex out")
-    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks") / "results",
-                        help="where NAME.json goes (default: ./benchmarks/results)")
-    parser.add_argument("--name", default="forest",
-                        help="file name stem of the output (default: forest)")
-    parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)  # a job's own JSON
+    add_job_options(parser, "forest", default_ranks=DEFAULT_RANKS, plot=False)
     return parser
 
 
@@ -280,30 +259,6 @@ def _measure_job(args):
 
 # -- launching one job per rank count -----------------------------------------------------------
 
-def _launch_jobs(argv, args):
-    """One ``mpiexec -n N`` job per rank count; their records by rank count, or an exit code."""
-    from ..cli.launcher import find_mpiexec
-
-    env = os.environ.copy()
-    source = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join([source] + ([env["PYTHONPATH"]]
-                                                    if env.get("PYTHONPATH") else []))
-    runs = {}
-    with tempfile.TemporaryDirectory(prefix="hpcdist-bench-forest-") as tmp:
-        for n in args.ranks:
-            part = Path(tmp) / f"ranks{n}.json"
-            command = [find_mpiexec(), "-n", str(n), sys.executable, "-m",
-                       "hpcdist.bench.forest", *argv, "--part", str(part)]
-            print("+ " + " ".join(command), flush=True)
-            code = subprocess.call(command, env=env)
-            if code != 0:
-                print(f"hpcdist bench forest: the job at {n} ranks failed (exit status {code})",
-                      file=sys.stderr, flush=True)
-                return code
-            runs[n] = json.loads(part.read_text())
-    return runs
-
-
 # -- report -----------------------------------------------------------------------------------
 
 def _run_text(run):
@@ -428,26 +383,9 @@ def main(argv=None):
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parse_args(argv)
-    from ..cli.launcher import under_mpi_launcher
-
-    if not under_mpi_launcher():
-        runs = _launch_jobs(argv, args)
-        if isinstance(runs, int):
-            return runs
-        print("\n" + "=" * 72 + "\nhpcdist random forest benchmark", flush=True)
-        for run in runs.values():
-            print(_run_text(run), flush=True)
-        _write_report(runs, args)
-        return 0
-    run = _measure_job(args)
-    if run is not None:
-        print(_run_text(run), flush=True)
-        if args.part is not None:
-            args.part.write_text(json.dumps(run))
-        else:
-            args.ranks = [run["ranks"]]
-            _write_report({run["ranks"]: run}, args)
-    return 0
+    return run_per_rank_count(argv, args, module="hpcdist.bench.forest",
+                              title="hpcdist random forest benchmark", measure_job=_measure_job,
+                              describe=lambda run, runs: _run_text(run), write=_write_report)
 
 
 if __name__ == "__main__":

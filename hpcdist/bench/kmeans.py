@@ -49,17 +49,14 @@ matplotlib).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
-from .common import load_average, machine_info, pyplot, write_report
+from .common import (add_job_options, load_average, machine_info, pyplot, run_per_rank_count,
+                     write_report)
 
 __all__ = ["main", "DEFAULTS", "QUICK"]
 
@@ -78,17 +75,6 @@ TARGET_RANKS = 2
 
 # -- arguments ------------------------------------------------------------------------------
 
-def _int_list(text):
-    try:
-        values = sorted({int(part) for part in text.split(",") if part.strip()})
-    except ValueError:
-        values = []
-    if not values or values[0] < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} should be a comma list of positive "
-                                         "integers, e.g. 1,2")
-    return values
-
-
 def _build_parser():
     parser = argparse.ArgumentParser(
         prog="hpcdist bench kmeans",
@@ -96,9 +82,6 @@ def _build_parser():
                     "(and scikit-learn-intelex) from the same initial centers, with GFLOP/s "
                     "and the fraction of the machine's sgemm peak. Outside mpiexec it "
                     "launches one job per rank count.")
-    parser.add_argument("--ranks", type=_int_list, default=list(DEFAULT_RANKS),
-                        help="rank counts, one mpiexec job each, when not started under "
-                             "mpiexec (default 1,2)")
     for key, text in (("samples", "global rows"), ("features", "columns"),
                       ("clusters", "k"), ("iterations", "Lloyd iterations per fit (tol=0)"),
                       ("repetitions", "timed rounds"),
@@ -110,12 +93,7 @@ def _build_parser():
                              + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
     parser.add_argument("--no-baselines", action="store_true",
                         help="time hpcdist only (no scikit-learn, no sklearnex)")
-    parser.add_argument("--no-plot", action="store_true", help="do not write the PNG plot")
-    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks") / "results",
-                        help="where NAME.json and NAME.png go (default: ./benchmarks/results)")
-    parser.add_argument("--name", default="kmeans",
-                        help="file name stem of the outputs (default: kmeans)")
-    parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)  # a job's own JSON
+    add_job_options(parser, "kmeans", default_ranks=DEFAULT_RANKS, plot=True)
     return parser
 
 
@@ -308,30 +286,6 @@ def _run_record(ctx, args, seconds, results, machine_peak, extra):
 
 # -- launching one job per rank count -----------------------------------------------------------
 
-def _launch_jobs(argv, args):
-    """One ``mpiexec -n N`` job per rank count; their records by rank count, or an exit code."""
-    from ..cli.launcher import find_mpiexec
-
-    env = os.environ.copy()  # the jobs import this hpcdist, installed or not
-    source = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join([source] + ([env["PYTHONPATH"]]
-                                                    if env.get("PYTHONPATH") else []))
-    runs = {}
-    with tempfile.TemporaryDirectory(prefix="hpcdist-bench-kmeans-") as tmp:
-        for n in args.ranks:
-            part = Path(tmp) / f"ranks{n}.json"
-            command = [find_mpiexec(), "-n", str(n), sys.executable, "-m",
-                       "hpcdist.bench.kmeans", *argv, "--part", str(part)]
-            print("+ " + " ".join(command), flush=True)
-            code = subprocess.call(command, env=env)
-            if code != 0:
-                print(f"hpcdist bench kmeans: the job at {n} ranks failed (exit status {code})",
-                      file=sys.stderr, flush=True)
-                return code
-            runs[n] = json.loads(part.read_text())
-    return runs
-
-
 # -- report -----------------------------------------------------------------------------------
 
 def _baseline(runs, ranks=None, name="scikit-learn"):
@@ -475,26 +429,9 @@ def main(argv=None):
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parse_args(argv)
-    from ..cli.launcher import under_mpi_launcher
-
-    if not under_mpi_launcher():
-        runs = _launch_jobs(argv, args)
-        if isinstance(runs, int):
-            return runs
-        print("\n" + "=" * 72 + "\nhpcdist K-means benchmark", flush=True)
-        for run in runs.values():
-            print(_run_text(run, runs), flush=True)
-        _write_report(runs, args)
-        return 0
-    run = _measure_job(args)
-    if run is not None:
-        print(_run_text(run, {run["ranks"]: run}), flush=True)
-        if args.part is not None:
-            args.part.write_text(json.dumps(run))
-        else:
-            args.ranks = [run["ranks"]]
-            _write_report({run["ranks"]: run}, args)
-    return 0
+    return run_per_rank_count(argv, args, module="hpcdist.bench.kmeans",
+                              title="hpcdist K-means benchmark", measure_job=_measure_job,
+                              describe=_run_text, write=_write_report)
 
 
 if __name__ == "__main__":

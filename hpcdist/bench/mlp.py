@@ -70,18 +70,14 @@ matplotlib).
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
-from .common import init_gloo, load_average, machine_info, pyplot, write_report
+from .common import (add_job_options, init_gloo, load_average, machine_info, pyplot,
+                     run_per_rank_count, write_report)
 
 __all__ = ["main", "LAYER_SIZES"]
 
@@ -106,17 +102,6 @@ TARGET_EXPOSED_RANKS = 2
 
 # -- arguments ------------------------------------------------------------------------------
 
-def _int_list(text):
-    try:
-        values = sorted({int(part) for part in text.split(",") if part.strip()})
-    except ValueError:
-        values = []
-    if not values or values[0] < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} should be a comma list of positive "
-                                         "integers, e.g. 1,2")
-    return values
-
-
 def _bucket_list(text):
     try:
         values = [float(part) for part in text.split(",") if part.strip()]
@@ -135,9 +120,6 @@ def _build_parser():
                     f"{'-'.join(map(str, LAYER_SIZES))}: hpcdist.DDP against torch DDP (gloo), "
                     "interleaved, at each rank count; non-overlapped communication and a "
                     "bucket-size sweep. Outside mpiexec it launches one job per rank count.")
-    parser.add_argument("--ranks", type=_int_list, default=list(DEFAULT_RANKS),
-                        help="rank counts, one mpiexec job each, when not started under "
-                             "mpiexec (default 1,2)")
     parser.add_argument("--batch", type=int,
                         help=f"global batch, split evenly over the ranks (default "
                              f"{DEFAULT_BATCH}; {QUICK['batch']} with --quick)")
@@ -155,12 +137,7 @@ def _build_parser():
                              f"{QUICK['steps']} steps, {QUICK['repetitions']} repetitions")
     parser.add_argument("--no-torch", action="store_true",
                         help="leave torch DDP out even when torch is importable")
-    parser.add_argument("--no-plot", action="store_true", help="do not write the PNG plot")
-    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks") / "results",
-                        help="where NAME.json and NAME.png go (default: ./benchmarks/results)")
-    parser.add_argument("--name", default="mlp",
-                        help="file name stem of the outputs (default: mlp)")
-    parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)  # a job's own JSON
+    add_job_options(parser, "mlp", default_ranks=DEFAULT_RANKS, plot=True)
     return parser
 
 
@@ -414,30 +391,6 @@ def _measure_job(args):
 
 # -- launching one job per rank count -----------------------------------------------------------
 
-def _launch_jobs(argv, args):
-    """One ``mpiexec -n N`` job per rank count; their records by rank count, or an exit code."""
-    from ..cli.launcher import find_mpiexec
-
-    env = os.environ.copy()  # the jobs import this hpcdist, installed or not
-    source = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join([source] + ([env["PYTHONPATH"]]
-                                                    if env.get("PYTHONPATH") else []))
-    runs = {}
-    with tempfile.TemporaryDirectory(prefix="hpcdist-bench-mlp-") as tmp:
-        for n in args.ranks:
-            part = Path(tmp) / f"ranks{n}.json"
-            command = [find_mpiexec(), "-n", str(n), sys.executable, "-m", "hpcdist.bench.mlp",
-                       *argv, "--part", str(part)]
-            print("+ " + " ".join(command), flush=True)
-            code = subprocess.call(command, env=env)
-            if code != 0:
-                print(f"hpcdist bench mlp: the job at {n} ranks failed (exit status {code})",
-                      file=sys.stderr, flush=True)
-                return code
-            runs[n] = json.loads(part.read_text())
-    return runs
-
-
 # -- report -----------------------------------------------------------------------------------
 
 def _percent(value):
@@ -587,26 +540,9 @@ def main(argv=None):
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parse_args(argv)
-    from ..cli.launcher import under_mpi_launcher
-
-    if not under_mpi_launcher():
-        runs = _launch_jobs(argv, args)
-        if isinstance(runs, int):
-            return runs
-        print("\n" + "=" * 72 + "\nhpcdist MLP benchmark", flush=True)
-        for run in runs.values():
-            print(_run_text(run), flush=True)
-        _write_report(runs, args)
-        return 0
-    run = _measure_job(args)
-    if run is not None:
-        print(_run_text(run), flush=True)
-        if args.part is not None:
-            args.part.write_text(json.dumps(run))
-        else:
-            args.ranks = [run["ranks"]]
-            _write_report({run["ranks"]: run}, args)
-    return 0
+    return run_per_rank_count(argv, args, module="hpcdist.bench.mlp",
+                              title="hpcdist MLP benchmark", measure_job=_measure_job,
+                              describe=lambda run, runs: _run_text(run), write=_write_report)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,12 @@ a ``ctx``/``world_size``/``num_replicas``/``rank`` argument is left to default.
 """
 from .batches import BatchIterator, iterate_batches
 from .datasets import DATASETS, get_dataset, load_digits, make_blobs, make_classification
+from .hdf5 import load_hdf5, save_hdf5
 from .partition import DataPartitioner, shard
 from .sampler import DistributedSampler
 
 __all__ = [
     "DataPartitioner", "shard", "DistributedSampler", "iterate_batches", "BatchIterator",
     "DATASETS", "get_dataset", "load_digits", "make_blobs", "make_classification",
+    "load_hdf5", "save_hdf5",
 ]

@@ -66,9 +66,15 @@ class FitCheckpointing:
 
     def resume(self):
         """Load the newest checkpoint into the estimator; its step, or None."""
-        if not self.enabled or self.checkpoint.latest_step() is None:
+        if not self.enabled:
             return None
-        state = self.checkpoint.restore()
+        latest = self.checkpoint.latest_step()
+        if self.ctx.size > 1:  # one decision for all ranks, whatever their file-system caches
+            from ..comm.objects import broadcast_object
+            latest = broadcast_object(latest, ctx=self.ctx)
+        if latest is None:
+            return None
+        state = self.checkpoint.restore()  # may fall back to an older valid step, warning
         self.estimator.load_state_dict(state["estimator"])
         self._last_saved = int(state["progress"])
         return self._last_saved

@@ -58,3 +58,25 @@ def test_help_documents_every_option_with_its_default(tmp_path):
                    "--hidden-layer-sizes", "--batch-size"):
         assert option in done.stdout
     assert "(default:" in done.stdout and "digits)" in done.stdout
+
+
+def test_summary_table_puts_hpcdist_next_to_sklearn(tmp_path, capsys):
+    from hpcdist.cli.summary import main
+    reports = [
+        {"model": "mlp", "estimator": "MLPClassifier", "ranks": 2, "seconds": 0.5,
+         "test_accuracy": 0.9777, "sklearn": {"seconds": 0.25, "test_accuracy": 0.9733}},
+        {"model": "kmeans", "estimator": "KMeans", "ranks": 2, "seconds": 1.0,
+         "inertia": 123.0},
+    ]
+    paths = []
+    for index, report in enumerate(reports):
+        path = tmp_path / f"{index}.json"
+        path.write_text(json.dumps(report))
+        paths.append(str(path))
+    assert main(paths) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["model", "estimator", "ranks", "metric", "hpcdist", "seconds",
+                                "scikit-learn", "seconds"]
+    assert lines[2].split() == ["mlp", "MLPClassifier", "2", "test_accuracy", "0.9777", "0.50",
+                                "0.9733", "0.25"]
+    assert lines[3].split() == ["kmeans", "KMeans", "2", "inertia", "123", "1.00", "-", "-"]

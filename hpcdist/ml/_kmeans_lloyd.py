@@ -11,6 +11,8 @@ farthest rows), as scikit-learn's ``_relocate_empty_clusters`` does in one
 process.
 """
 
+from collections import namedtuple
+
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
@@ -21,7 +23,8 @@ from ..kernels.kmeans import (assign, chunk_rows_for, column_moments, labelled_i
                               lloyd_step)
 
 __all__ = ["array_module", "to_host", "single_blas_thread", "global_mean_variance",
-           "LloydState", "lloyd_iteration", "run_lloyd", "final_assignment", "same_clustering"]
+           "LloydState", "lloyd_iteration", "lloyd_labels", "LloydStart", "LloydRun", "run_lloyd",
+           "final_assignment", "same_clustering"]
 
 _CONTROLLER = []
 
@@ -170,7 +173,47 @@ def final_assignment(X, centers, labels, chunk_rows, ctx):
     return packed[:k], float(packed[-1])
 
 
-def run_lloyd(X, centers_init, shards, ctx, *, max_iter, tol, verbose=False):
+def lloyd_labels(X, centers, chunk_rows):
+    """The labels :func:`lloyd_iteration` gives this rank's rows for ``centers`` (no collective).
+
+    The same fused kernel (:func:`lloyd_step`, same chunks), so the labels are
+    bitwise those of the loop (what a resumed run needs as its previous
+    labels); its sums, counts and inertia are dropped.
+    """
+    xp = array_module(X)
+    centers = np.ascontiguousarray(centers, dtype=X.dtype)
+    k, d = centers.shape
+    labels = xp.full(len(X), -1, dtype=xp.int32)
+    lloyd_step(X, centers, labels, np.zeros((k, d)), np.zeros(k), chunk_rows=chunk_rows)
+    return labels
+
+
+#: Where :func:`run_lloyd` resumes a run: after ``n_iter`` iterations, the last of which
+#: started from the centers ``previous`` (the current centers are ``centers_init``).
+LloydStart = namedtuple("LloydStart", ["previous", "n_iter"])
+
+
+class LloydRun(tuple):
+    """:func:`run_lloyd`'s result ``(labels, inertia, centers, n_iter, counts)``.
+
+    Attributes
+    ----------
+    strict : bool
+        Ended because no label changed (the labels are those of ``previous``).
+    cut : bool
+        Ended by ``max_iter``, not converged.
+    previous : ndarray of shape (k, d)
+        The centers the last iteration started from (``centers`` before its update).
+    """
+
+    def __new__(cls, values, *, strict, cut, previous):
+        run = super().__new__(cls, values)
+        run.strict, run.cut, run.previous = strict, cut, previous
+        return run
+
+
+def run_lloyd(X, centers_init, shards, ctx, *, max_iter, tol, verbose=False, start=None,
+              on_iteration=None):
     """scikit-learn's ``_kmeans_single_lloyd`` over ranks.
 
     Stops when no label changed anywhere (strict convergence) or when the
@@ -179,8 +222,22 @@ def run_lloyd(X, centers_init, shards, ctx, *, max_iter, tol, verbose=False):
     final inertia is exact (``sum((x - c)^2)``), which costs one more pass
     and one more (scalar) allreduce.
 
+    Parameters
+    ----------
+    start : LloydStart, optional
+        Resume a run (``centers_init`` are then its current centers): the
+        previous labels are recomputed from ``start.previous`` with the
+        loop's kernel and the iterations go on from ``start.n_iter``, so the
+        run ends as if it had not been interrupted.
+    on_iteration : callable, optional
+        ``on_iteration(n_iter, centers, previous)`` after each iteration that
+        the run goes on from (not after the last one): a state to resume
+        from with ``start=LloydStart(previous, n_iter)``.
+
     Returns
     -------
+    LloydRun, a tuple of:
+
     labels : ndarray of int32, shape (n_local,)
     inertia : float
         Global inertia of the final centers and labels.
@@ -190,21 +247,31 @@ def run_lloyd(X, centers_init, shards, ctx, *, max_iter, tol, verbose=False):
         Global rows per cluster.
     """
     state = LloydState(X, centers_init)
-    strict = False
-    for iteration in range(max_iter):
+    n_iter, previous = 0, state.centers
+    if start is not None:
+        previous = np.ascontiguousarray(start.previous, dtype=X.dtype)
+        state.labels = lloyd_labels(X, previous, state.chunk_rows)
+        n_iter = int(start.n_iter)
+    strict = converged = False
+    for iteration in range(n_iter, max_iter):
+        previous = state.centers
         inertia, changed, shift, _ = lloyd_iteration(X, state, shards, ctx)
+        n_iter = iteration + 1
         if verbose and ctx.rank == 0:
             print(f"Iteration {iteration}, inertia {inertia}.", flush=True)
         if changed == 0:
-            strict = True
+            strict = converged = True
             if verbose and ctx.rank == 0:
                 print(f"Converged at iteration {iteration}: strict convergence.", flush=True)
             break
         if shift <= tol:
+            converged = True
             if verbose and ctx.rank == 0:
                 print(f"Converged at iteration {iteration}: center shift {shift} within "
                       f"tolerance {tol}.", flush=True)
             break
+        if on_iteration is not None and n_iter < max_iter:
+            on_iteration(n_iter, state.centers, previous)
     if strict:  # the labels stand: the exact inertia of the final centers
         counts = state.counts.copy()
         inertia = labelled_inertia(X, state.centers, state.labels)
@@ -213,7 +280,8 @@ def run_lloyd(X, centers_init, shards, ctx, *, max_iter, tol, verbose=False):
     else:
         counts, inertia = final_assignment(X, state.centers, state.labels, state.chunk_rows,
                                            ctx)
-    return state.labels, inertia, state.centers, iteration + 1, counts
+    return LloydRun((state.labels, inertia, state.centers, n_iter, counts), strict=strict,
+                    cut=not converged, previous=previous)
 
 
 def same_clustering(labels_a, labels_b, n_clusters, ctx):

@@ -23,9 +23,11 @@ from ..comm.objects import allgather_object, broadcast_object
 from ..comm.reductions import allreduce
 from ..kernels._arrays import is_cupy
 from ..kernels.kmeans import assign, chunk_rows_for
+from ._checkpointing import FitCheckpointing
 from ._kmeans_init import Shards, kmeans_parallel, kmeans_plusplus, random_rows
-from ._kmeans_lloyd import (LloydState, array_module, global_mean_variance, lloyd_iteration,
-                            run_lloyd, same_clustering, single_blas_thread)
+from ._kmeans_lloyd import (LloydStart, LloydState, array_module, global_mean_variance,
+                            lloyd_iteration, lloyd_labels, run_lloyd, same_clustering,
+                            single_blas_thread)
 from ._validation import LocalData, check_local_data, context_of
 
 __all__ = ["KMeans"]
@@ -33,8 +35,36 @@ __all__ = ["KMeans"]
 _INIT_METHODS = ("k-means++", "k-means||", "random")
 
 
+#: attributes a fit sets (``fit`` removes them first; a state without centers as well)
+_FITTED = ("cluster_centers_", "labels_", "inertia_", "n_iter_", "_centered")
+_PREPARED = ("n_features_in_", "_n_features_out", "_X_mean", "_tol")
+
+
 def _is_array_init(init):
     return not isinstance(init, str) and hasattr(init, "__len__")
+
+
+def _rng_tree(rng):
+    """A RandomState's state as plain values (MT19937 key, position, cached Gaussian)."""
+    _, key, pos, has_gauss, cached_gaussian = rng.get_state()
+    return {"key": np.array(key, dtype=np.uint32), "pos": int(pos),
+            "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)}
+
+
+def _rng_from_tree(tree):
+    rng = np.random.RandomState(0)
+    rng.set_state(("MT19937", np.array(tree["key"], dtype=np.uint32), int(tree["pos"]),
+                   int(tree["has_gauss"]), float(tree["cached_gaussian"])))
+    return rng
+
+
+def _copy_tree(tree):
+    """A copy of a nested dict of arrays and scalars (the arrays copied)."""
+    if isinstance(tree, dict):
+        return {key: _copy_tree(value) for key, value in tree.items()}
+    if isinstance(tree, np.ndarray):
+        return tree.copy()
+    return tree
 
 
 def _centered_copy(X, mean):
@@ -219,12 +249,18 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         return seed
 
     # -- fitting ----------------------------------------------------------------------------
-    def _prepare(self, data, ctx):
-        """Global statistics, the centered rows and everything an initialization needs."""
+    def _prepare(self, data, ctx, resumed=False):
+        """Global statistics, the centered rows and everything an initialization needs.
+
+        ``resumed``: the mean and tolerance come from the loaded state (as fitted).
+        """
         X = data.X
-        mean, variance = global_mean_variance(X, ctx)
-        self._tol = float(np.mean(variance) * self.tol) if self.tol else 0.0
-        self._X_mean = mean.astype(X.dtype)
+        if resumed:
+            self._X_mean = np.asarray(self._X_mean, dtype=X.dtype)
+        else:
+            mean, variance = global_mean_variance(X, ctx)
+            self._tol = float(np.mean(variance) * self.tol) if self.tol else 0.0
+            self._X_mean = mean.astype(X.dtype)
         Xc = _centered_copy(X, self._X_mean)
         shards = Shards(data.counts, ctx.rank)
         init = self._array_init(X, ctx) if _is_array_init(self.init) else None
@@ -252,44 +288,154 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
             This rank's rows (float32 is kept, other numbers become float64;
             a rank may have no rows).
         y : ignored
-        checkpoint, checkpoint_every : None
-            Reserved for HDF5 checkpoints (not available yet; must be None).
+        checkpoint : hpcdist.checkpoint.CheckpointManager, optional
+            Save the full state of the fit there (and resume from it when it
+            already holds a checkpoint). A stop signal (SIGUSR1, SIGTERM) on
+            any rank then saves after the current Lloyd iteration and exits
+            with code 75. Resumed on as many ranks, the fit ends bitwise as
+            an uninterrupted one (the state is replicated: it also resumes on
+            any other number of ranks). A finished fit resumed with a larger
+            ``max_iter`` goes on from the first run that ``max_iter`` cut
+            short, as a fit with that ``max_iter`` would have.
+        checkpoint_every : int, optional
+            Lloyd iterations between checkpoints, counted over all the
+            ``n_init`` runs (default: only at the end).
 
         Returns
         -------
         self
         """
-        if checkpoint is not None or checkpoint_every is not None:
-            raise NotImplementedError(f"{type(self).__name__}.fit: checkpoint= is not "
-                                      "supported yet; save with state_dict() meanwhile")
         n_init = self._check_params()
         ctx = context_of(self.comm)
-        data = self._validate(X_local, ctx, f"{type(self).__name__}.fit", fitted=False)
-        Xc, shards, init = self._prepare(data, ctx)
-        rng = np.random.RandomState(self._seed(ctx))
-        best = None
-        with single_blas_thread():
-            for _ in range(n_init):
+        saving = FitCheckpointing(self, checkpoint, checkpoint_every, ctx)
+        for attribute in _FITTED + _PREPARED + ("_fit_progress",):
+            self.__dict__.pop(attribute, None)
+        with saving:
+            resumed = saving.resume() is not None
+            data = self._validate(X_local, ctx, f"{type(self).__name__}.fit", fitted=resumed)
+            Xc, shards, init = self._prepare(data, ctx, resumed=resumed)
+            if resumed and getattr(self, "_fit_progress", None) is None:
+                self._label_loaded_centers(Xc)  # a state_dict() of a fitted model: done
+                return self
+            if not resumed:
+                self._fit_progress = {
+                    "progress": 0, "max_iter": int(self.max_iter),
+                    "position": {"run": 0, "rng": _rng_tree(np.random.RandomState(
+                        self._seed(ctx)))}}
+            else:
+                self._rewind_for_max_iter()
+            with single_blas_thread():
+                self._fit_runs(Xc, init, shards, ctx, n_init, saving)
+            saving.finish(self._fit_progress["progress"])
+        del self._fit_progress
+        return self
+
+    def _rewind_for_max_iter(self):
+        """Resumed with a larger max_iter: go back to the first run the old one cut short."""
+        fit = self._fit_progress
+        rewind = fit.get("rewind")
+        if rewind is not None and int(self.max_iter) > int(fit["max_iter"]):
+            fit["position"] = rewind
+            del fit["rewind"]
+        if "rewind" not in fit:
+            fit["max_iter"] = int(self.max_iter)
+
+    def _fit_runs(self, Xc, init, shards, ctx, n_init, saving):
+        """The ``n_init`` runs from ``self._fit_progress`` on; sets the fitted attributes.
+
+        ``self._fit_progress`` (``state_dict()["fit"]``, laid out there) is
+        kept up to date at every Lloyd iteration, the checkpoint boundary.
+        """
+        fit = self._fit_progress
+        max_iter = int(self.max_iter)
+        position = fit["position"]
+        rng = _rng_from_tree(position["rng"])
+        best = position.get("best")
+        best_labels = None if best is None else self._labels_of_run(Xc, best)
+        done = False
+        while int(position["run"]) < n_init:
+            lloyd = position.get("lloyd")
+            if lloyd is None:
                 centers = self._initial_centers(Xc, init, rng, shards, ctx)
+                position = {**position, "rng": _rng_tree(rng)}
+                fit["position"] = position
+                start = None
                 if self.verbose and ctx.rank == 0:
                     print("Initialization complete", flush=True)
-                run = run_lloyd(Xc, centers, shards, ctx, max_iter=int(self.max_iter),
-                                tol=self._tol, verbose=bool(self.verbose))
-                if best is None or (run[1] < best[1] and not same_clustering(
-                        run[0], best[0], self.n_clusters, ctx)):
-                    best = run
-        labels, inertia, centers, n_iter, counts = best
+            else:
+                centers = lloyd["centers"]
+                start = LloydStart(lloyd["previous"], int(lloyd["n_iter"]))
+            first = 0 if start is None else start.n_iter
+            base = int(fit["progress"])
+
+            def on_iteration(n_iter, current, previous, position=position, base=base,
+                             first=first):
+                position["lloyd"] = {"centers": current.copy(), "previous": previous.copy(),
+                                     "n_iter": int(n_iter)}
+                fit["progress"] = base + n_iter - first
+                saving.end_of_epoch(fit["progress"])
+
+            run = run_lloyd(Xc, centers, shards, ctx, max_iter=max_iter, tol=self._tol,
+                            verbose=bool(self.verbose), start=start,
+                            on_iteration=on_iteration if saving.enabled else None)
+            labels, inertia, centers, n_iter, counts = run
+            if run.cut and "rewind" not in fit:
+                fit["rewind"] = {"run": int(position["run"]), "rng": position["rng"],
+                                 **({} if best is None else {"best": best}),
+                                 "lloyd": {"centers": centers.copy(),
+                                           "previous": run.previous.copy(),
+                                           "n_iter": int(n_iter)}}
+                fit["max_iter"] = max_iter
+            if best is None or (inertia < best["inertia"] and not same_clustering(
+                    labels, best_labels, self.n_clusters, ctx)):
+                best = {"centers": centers, "inertia": float(inertia), "n_iter": int(n_iter),
+                        "counts": np.asarray(counts, dtype=np.float64),
+                        "label_centers": run.previous if run.strict else centers,
+                        "strict": bool(run.strict)}
+                best_labels = labels
+            position = {"run": int(position["run"]) + 1, "rng": position["rng"], "best": best}
+            fit["position"] = position
+            fit["progress"] = base + n_iter - first
+            if int(position["run"]) >= n_init:  # the final state is the one saved
+                self._set_fitted(best, best_labels, ctx)
+                done = True
+            if n_iter > first:
+                saving.end_of_epoch(fit["progress"])
+        if not done:  # resumed after the last run
+            self._set_fitted(best, best_labels, ctx)
+
+    def _labels_of_run(self, Xc, run):
+        """This rank's labels of a finished run, with the kernel that made them."""
+        chunk_rows = chunk_rows_for(self.n_clusters, Xc.dtype.itemsize)
+        if run["strict"]:  # the last Lloyd pass's labels
+            return lloyd_labels(Xc, run["label_centers"], chunk_rows)
+        xp = array_module(Xc)
+        labels = xp.empty(len(Xc), dtype=xp.int32)
+        centers = np.ascontiguousarray(run["label_centers"], dtype=Xc.dtype)
+        assign(Xc, centers, labels, counts=np.zeros(self.n_clusters), chunk_rows=chunk_rows)
+        return labels
+
+    def _set_fitted(self, best, labels, ctx):
+        counts = best["counts"]
         distinct = int((counts > 0).sum())
         if distinct < self.n_clusters and ctx.rank == 0:
             warnings.warn(f"Number of distinct clusters ({distinct}) found smaller than "
                           f"n_clusters ({self.n_clusters}). Possibly due to duplicate points "
-                          "in X.", ConvergenceWarning, stacklevel=2)
+                          "in X.", ConvergenceWarning, stacklevel=4)
+        centers = np.asarray(best["centers"], dtype=self._X_mean.dtype)
         self._centered = centers
         self.cluster_centers_ = centers + self._X_mean
         self.labels_ = labels
-        self.inertia_ = float(inertia)
-        self.n_iter_ = int(n_iter)
-        return self
+        self.inertia_ = float(best["inertia"])
+        self.n_iter_ = int(best["n_iter"])
+
+    def _label_loaded_centers(self, Xc):
+        """``labels_`` for a fitted model loaded without its fit state (its final centers)."""
+        xp = array_module(Xc)
+        self.labels_ = xp.empty(len(Xc), dtype=xp.int32)
+        with single_blas_thread():
+            assign(Xc, np.ascontiguousarray(self._centered, dtype=Xc.dtype), self.labels_,
+                   chunk_rows=chunk_rows_for(self.n_clusters, Xc.dtype.itemsize))
 
     def fit_predict(self, X_local, y=None, **fit_params):
         """Fit, then return ``labels_`` (this rank's rows)."""
@@ -423,31 +569,94 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         return self
 
     def state_dict(self):
-        """Centers and progress as a plain dict of arrays and scalars (no pickles)."""
-        check_is_fitted(self, "cluster_centers_")
-        return {
-            "cluster_centers": self.cluster_centers_.copy(),
-            "centered_centers": np.asarray(self._centered).copy(),
-            "mean": np.asarray(self._X_mean).copy(),
-            "tol": float(self._tol),
-            "inertia": float(getattr(self, "inertia_", np.nan)),
-            "n_iter": int(getattr(self, "n_iter_", 0)),
-            "n_features_in": int(self.n_features_in_),
-        }
+        """The model, and a fit in progress, as a plain dict of arrays and scalars (no pickles).
+
+        A fitted model: ``cluster_centers``, ``centered_centers``, ``mean``,
+        ``tol``, ``inertia``, ``n_iter`` and ``n_features_in``. During a
+        checkpointed :meth:`fit` (and after one was stopped) also ``"fit"``,
+        everything it resumes from (before its last run ends, the state has
+        only ``mean``, ``tol``, ``n_features_in`` and ``"fit"``)::
+
+            progress   Lloyd iterations so far, all runs (the checkpoint step)
+            max_iter   the max_iter that cut the ``rewind`` run short
+            position   run        runs finished (the index of the one going on)
+                       rng        the initialization's RandomState: key, pos,
+                                  has_gauss, cached_gaussian
+                       best       the best finished run: centers, inertia, n_iter,
+                                  counts, label_centers, strict
+                       lloyd      between two iterations of a run: its centers,
+                                  previous (before the last update) and n_iter
+            rewind     a position: the end of the first run max_iter cut short
+
+        Centers are in the centered coordinates, in the data's dtype. Labels
+        are local and never saved: they are recomputed from ``previous`` (or
+        ``label_centers``) with the kernel that made them.
+        """
+        fit = getattr(self, "_fit_progress", None)
+        if fit is None:
+            check_is_fitted(self, "cluster_centers_")
+        if hasattr(self, "cluster_centers_"):
+            state = {
+                "cluster_centers": self.cluster_centers_.copy(),
+                "centered_centers": np.asarray(self._centered).copy(),
+                "mean": np.asarray(self._X_mean).copy(),
+                "tol": float(self._tol),
+                "inertia": float(getattr(self, "inertia_", np.nan)),
+                "n_iter": int(getattr(self, "n_iter_", 0)),
+                "n_features_in": int(self.n_features_in_),
+            }
+        else:
+            state = {"mean": np.asarray(self._X_mean).copy(), "tol": float(self._tol),
+                     "n_features_in": int(self.n_features_in_)}
+        if fit is not None:
+            state["fit"] = _copy_tree(fit)
+        return state
 
     def load_state_dict(self, state):
         """Restore from :meth:`state_dict` (``labels_`` is not restored: it is local)."""
-        centers = np.array(state["cluster_centers"])
-        if centers.ndim != 2 or centers.shape[0] != self.n_clusters:
-            raise ValueError(f"{type(self).__name__}.load_state_dict: cluster_centers of shape "
-                             f"{centers.shape} do not fit n_clusters={self.n_clusters}")
-        self.cluster_centers_ = centers
-        self._centered = np.array(state["centered_centers"], dtype=centers.dtype)
-        self._X_mean = np.array(state["mean"], dtype=centers.dtype)
+        name = type(self).__name__
+        if "cluster_centers" in state:
+            centers = np.array(state["cluster_centers"])
+            if centers.ndim != 2 or centers.shape[0] != self.n_clusters:
+                raise ValueError(f"{name}.load_state_dict: cluster_centers of shape "
+                                 f"{centers.shape} do not fit n_clusters={self.n_clusters}")
+            self.cluster_centers_ = centers
+            self._centered = np.array(state["centered_centers"], dtype=centers.dtype)
+            self._X_mean = np.array(state["mean"], dtype=centers.dtype)
+            self.inertia_ = float(state["inertia"])
+            self.n_iter_ = int(state["n_iter"])
+        elif "fit" in state:  # a fit stopped before its last run ended
+            for attribute in _FITTED:
+                self.__dict__.pop(attribute, None)
+            self._X_mean = np.array(state["mean"])
+        else:
+            raise ValueError(f"{name}.load_state_dict: the state holds neither "
+                             "cluster_centers nor a fit in progress")
         self._tol = float(state["tol"])
-        self.inertia_ = float(state["inertia"])
-        self.n_iter_ = int(state["n_iter"])
         self.n_features_in_ = int(state["n_features_in"])
         self._n_features_out = self.n_clusters
+        if "fit" in state:
+            self._fit_progress = self._checked_fit_tree(state["fit"])
+        else:
+            self.__dict__.pop("_fit_progress", None)
         self.__dict__.pop("labels_", None)
         return self
+
+    def _checked_fit_tree(self, fit):
+        """A copy of a saved fit state, its centers checked against the estimator."""
+        fit = _copy_tree(dict(fit))
+        shape = (self.n_clusters, int(self._X_mean.shape[0]))
+        for where in ("position", "rewind"):
+            position = fit.get(where)
+            if position is None:
+                continue
+            for part, keys in (("best", ("centers", "label_centers")),
+                               ("lloyd", ("centers", "previous"))):
+                for key in keys if part in position else ():
+                    array = np.asarray(position[part][key])
+                    if array.shape != shape:
+                        raise ValueError(
+                            f"{type(self).__name__}.load_state_dict: fit/{where}/{part}/{key} "
+                            f"has shape {array.shape}, expected {shape} (n_clusters="
+                            f"{self.n_clusters})")
+        return fit

@@ -294,7 +294,7 @@ def test_bad_hyperparameters():
                                (KMeans(3, max_iter=0), r"max_iter=0"),
                                (KMeans(3, init=np.zeros((2, 5))), r"shape of the initial")):
         expect_error(ValueError, estimator.fit, X_local, match=pattern)
-    with pytest.raises(NotImplementedError, match="checkpoint"):
+    with pytest.raises(TypeError, match="CheckpointManager"):
         KMeans(3).fit(X_local, checkpoint="ckpt")
 
 

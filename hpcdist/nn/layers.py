@@ -173,7 +173,7 @@ class Linear(Module):
         g = g.astype(x.dtype, copy=False)
         g2 = g.reshape(-1, self.out_features)
         if self.weight.requires_grad:
-            self.weight.accumulate_grad(g2.T @ x.reshape(-1, self.in_features))
+            self.weight.accumulate_grad_product(g2.T, x.reshape(-1, self.in_features))
         if self.bias is not None and self.bias.requires_grad:
             self.bias.accumulate_grad(g2.sum(axis=0))
         if not self.needs_input_grad:

@@ -45,13 +45,14 @@ class Parameter:
         until the first backward pass (or after ``zero_grad(set_to_none=True)``).
     """
 
-    __slots__ = ("data", "grad", "requires_grad", "_grad_hooks")
+    __slots__ = ("data", "grad", "requires_grad", "_grad_hooks", "_grad_zeroed")
 
     def __init__(self, data, requires_grad=True):
         self.data = data
         self.grad = None
         self.requires_grad = bool(requires_grad)
         self._grad_hooks = []
+        self._grad_zeroed = False  # grad holds zeros written by zero_grad, nothing since
 
     shape = property(lambda self: self.data.shape, doc="Shape of ``data``.")
     dtype = property(lambda self: self.data.dtype, doc="Dtype of ``data``.")
@@ -73,8 +74,27 @@ class Parameter:
             self.grad = grad.astype(self.data.dtype, copy=True)
         else:
             self.grad += grad
+        self._grad_zeroed = False
         for hook in self._grad_hooks:
             hook(self)
+
+    def accumulate_grad_product(self, a, b):
+        """Accumulate the matrix product ``a @ b`` into :attr:`grad`.
+
+        Right after :meth:`zero_grad`, the product is written straight into
+        the gradient's memory (no temporary, no extra pass over it); the
+        result is the same as ``accumulate_grad(a @ b)``.
+        """
+        grad = self.grad
+        if (self.requires_grad and self._grad_zeroed and isinstance(grad, np.ndarray)
+                and grad.flags.c_contiguous and grad.dtype == np.result_type(a, b)
+                and grad.shape == (a.shape[0], b.shape[1])):
+            np.matmul(a, b, out=grad)
+            self._grad_zeroed = False
+            for hook in self._grad_hooks:
+                hook(self)
+            return
+        self.accumulate_grad(a @ b)
 
     def register_grad_hook(self, hook):
         """Call ``hook(parameter)`` after every :meth:`accumulate_grad`.
@@ -90,6 +110,7 @@ class Parameter:
             self.grad = None
         elif self.grad is not None:
             self.grad[...] = 0
+            self._grad_zeroed = True
 
 
 class Module:

@@ -236,3 +236,24 @@ def test_cupy_model_matches_numpy():
                         cp.asnumpy(model[1].running_var)))
     for numpy_value, cupy_value in zip(*results):
         np.testing.assert_allclose(cupy_value, numpy_value, rtol=1e-10, atol=1e-12)
+
+
+def test_accumulate_grad_product_writes_in_place_after_zero_grad_and_accumulates_otherwise():
+    from hpcdist.nn import Parameter
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(3, 4)), rng.normal(size=(4, 5))
+    p = Parameter(np.zeros((3, 5)))
+    calls = []
+    p.register_grad_hook(lambda q: calls.append(q.grad.copy()))
+    p.accumulate_grad_product(a, b)                  # no grad yet: allocates
+    np.testing.assert_allclose(p.grad, a @ b)
+    memory = p.grad
+    p.accumulate_grad_product(a, b)                  # accumulates
+    np.testing.assert_allclose(p.grad, 2 * (a @ b))
+    p.zero_grad()
+    p.accumulate_grad_product(a, b)                  # straight into the zeroed buffer
+    assert p.grad is memory
+    np.testing.assert_allclose(p.grad, a @ b)
+    p.accumulate_grad_product(a, b)                  # and accumulates after that
+    np.testing.assert_allclose(p.grad, 2 * (a @ b))
+    assert len(calls) == 4

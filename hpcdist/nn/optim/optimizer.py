@@ -259,19 +259,19 @@ class Optimizer:
 def add_scaled_(target, scale, values):
     """``target += scale * values`` in place, without a temporary for NumPy.
 
-    Contiguous float32/float64 NumPy arrays go through BLAS ``axpy`` (one
-    pass over memory, half the traffic of ``target -= lr * d``); anything
-    else (CuPy, 0-d, other dtypes) falls back to the array expression.
+    Contiguous float32/float64 NumPy arrays go through hpcdist's fused Numba
+    kernel (one pass over memory, half the traffic of ``target -= lr * d``,
+    and no second BLAS thread pool competing with NumPy's); anything else
+    (CuPy, 0-d, other dtypes) falls back to the array expression.
     """
     if (isinstance(target, np.ndarray) and isinstance(values, np.ndarray)
-            and target.dtype == values.dtype and target.dtype in _AXPY_DTYPES
+            and target.dtype == values.dtype and target.dtype in _FUSED_DTYPES
             and target.ndim > 0 and target.flags.c_contiguous and values.flags.c_contiguous):
-        from scipy.linalg.blas import get_blas_funcs
-        axpy = get_blas_funcs("axpy", (target,))
-        axpy(values.reshape(-1), target.reshape(-1), a=scale)
+        from ...kernels import scale_add
+        scale_add(target, values, scale)
     else:
         target += scale * values
     return target
 
 
-_AXPY_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_FUSED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))

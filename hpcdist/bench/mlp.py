@@ -525,19 +525,8 @@ def _write_report(runs, args):
 # -- main -------------------------------------------------------------------------------------
 
 def main(argv=None):
-    """Run the MLP benchmark; see the module docstring.
-
-    Parameters
-    ----------
-    argv : list of str, optional
-        Command-line arguments without the program name (default
-        ``sys.argv[1:]``); ``--help`` lists them.
-
-    Returns
-    -------
-    int
-        Exit status, 0 on success.
-    """
+    """Run the MLP benchmark with ``argv`` (default ``sys.argv[1:]``, see ``--help``);
+    returns the exit status. See the module docstring."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parse_args(argv)
     return run_per_rank_count(argv, args, module="hpcdist.bench.mlp",

@@ -71,10 +71,23 @@ def _sumsq(x, nblocks):
 
 @njit(**JIT)
 def _qsgd_range(x, lo, scale, levels, key, q):
+    # _uniform24(key, lo + i) with its 64-bit parts hoisted: a block never
+    # straddles a multiple of 2**32 (_BLOCK divides it), so the high word of
+    # the index is constant here and the loop runs on 32-bit lanes only
+    mixed = np.uint32(key ^ np.uint32(np.uint32(lo >> 32) * _M2))
+    base = np.uint32(lo & 0xFFFFFFFF)
     for i in range(x.size):                 # branchless so that it vectorises
+        h = np.uint32(np.uint32(base + np.uint32(i)) * GOLDEN32)
+        h = np.uint32(h + mixed)
+        h = np.uint32(h ^ (h >> _S16))
+        h = np.uint32(h * _M1)
+        h = np.uint32(h ^ (h >> _S15))
+        h = np.uint32(h * _M2)
+        h = np.uint32(h ^ (h >> _S16))
+        u = np.float32(h >> _S8) * np.float32(1.0 / 16777216.0)
         a = abs(x[i]) * scale
         f = np.floor(a)
-        level = np.int32(f) + np.int32(_uniform24(key, lo + i) < a - f)
+        level = np.int32(f) + np.int32(u < a - f)
         level = min(level, levels)
         q[i] = level - 2 * level * np.int32(x[i] < 0)
 
@@ -98,9 +111,11 @@ def _scale_ints(q, factor, out):
 def _qsgd_driver(x, levels, key):
     nblocks = max(1, min(num_threads(), x.size // _BLOCK))
     norm = float(np.sqrt(_sumsq(x, nblocks))) if x.size else 0.0
-    q = np.zeros(x.size, np.int8 if levels <= 127 else np.int16)
+    q = np.empty(x.size, np.int8 if levels <= 127 else np.int16)
     if norm > 0.0 and x.size:
         _qsgd_kernel(x, x.dtype.type(levels / norm), np.int32(levels), key, q)
+    else:
+        q[:] = 0
     return norm, q
 
 

@@ -19,6 +19,17 @@ def _scale_add_kernel(out, x, alpha):
         out[i] += alpha * x[i]
 
 
+@njit(**JIT)
+def _scale_add_serial(out, x, alpha):
+    for i in range(out.size):
+        out[i] += alpha * x[i]
+
+
+#: below this many elements one thread is faster than waking a thread pool
+#: (a parameter update of a few MiB runs in well under a millisecond)
+PARALLEL_MIN_SIZE = 1 << 22
+
+
 @njit(**JIT_PARALLEL)
 def _difference_kernel(out, a, b):
     for i in prange(out.size):
@@ -89,7 +100,8 @@ def scale_add(out, x, alpha):
     if is_cupy(flat):
         flat += flat.dtype.type(alpha) * xf
         return out
-    _scale_add_kernel(flat, xf, flat.dtype.type(alpha))
+    kernel = _scale_add_kernel if flat.size >= PARALLEL_MIN_SIZE else _scale_add_serial
+    kernel(flat, xf, flat.dtype.type(alpha))
     return out
 
 

@@ -60,3 +60,14 @@ def test_scale_add_and_error_feedback(n, dtype):
 def test_bad_input(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_scale_add_parallel_and_serial_paths_agree():
+    from hpcdist.kernels import fused
+    rng = np.random.default_rng(3)
+    for n in (fused.PARALLEL_MIN_SIZE - 1, fused.PARALLEL_MIN_SIZE):
+        out = rng.normal(size=n).astype(np.float32)
+        x = rng.normal(size=n).astype(np.float32)
+        expected = out + np.float32(-0.5) * x
+        fused.scale_add(out, x, -0.5)
+        np.testing.assert_allclose(out, expected, rtol=1e-6)

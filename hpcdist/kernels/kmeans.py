@@ -7,10 +7,10 @@ results with one collective. Nothing here validates or communicates.
 The distance to every center goes through a GEMM: ``||x - c||^2 = ||x||^2 -
 2 x.c + ||c||^2``, and since ``||x||^2`` is the same for every center the
 nearest center is the argmin of ``||c||^2 - 2 x.c``. Rows are processed in
-chunks of ``chunk_rows``: one ``X_chunk @ (-2 C.T)`` per chunk (BLAS through
-``np.dot`` in Numba) into a ``(chunk_rows, k)`` tile that stays in cache,
-transposed, then an argmin down the centers (vectorised over the chunk's
-rows, ties to the lowest center like scikit-learn), then, in the same pass, the
+chunks of ``chunk_rows``: one ``(-2 C) @ X_chunk.T`` per chunk (BLAS through
+``np.dot`` in Numba, the transposes passed as flags) into a ``(k, chunk_rows)``
+tile that stays in cache, then an argmin down the centers (vectorised over the
+chunk's rows, ties to the lowest center like scikit-learn), then, in the same pass, the
 per-cluster sums and counts (accumulated in float64), the inertia and the
 number of changed labels. The inertia of :func:`lloyd_step` comes from the
 GEMM form (``||x||^2`` is summed with the sums, at no extra load); the
@@ -42,8 +42,8 @@ from ._numba import JIT, JIT_PARALLEL, njit, num_threads, prange
 __all__ = ["chunk_rows_for", "default_blocks", "column_moments", "lloyd_step", "assign",
            "labelled_inertia", "candidate_potentials"]
 
-#: Bytes of the distance tile ``(chunk_rows, k)`` per thread (two of them: the tile and
-#: its transpose), about L1-sized: measured best for k=64 on AVX-512 (256 float32 rows).
+#: Bytes of the distance tile ``(k, chunk_rows)`` per thread, about L1/L2-sized: 32-64 KiB
+#: measured best for k=64 (128 KiB was 50% slower).
 TILE_BYTES = 64 * 1024
 MIN_CHUNK_ROWS = 64
 MAX_CHUNK_ROWS = 4096
@@ -89,25 +89,17 @@ def _prepare_centers(centers):
 
 
 @njit(**JIT)
-def _nearest_in_chunk(X, start, m, neg2t, norms, tile, tile_t, best, nearest):
+def _nearest_in_chunk(X, start, m, neg2t, norms, tile_t, best, nearest):
     """``nearest[:m]``: the argmin over centers of ``||c||^2 - 2 x.c`` for rows start:start+m.
 
-    One sgemm/dgemm ``X_chunk @ (-2 C.T)`` into an ``(m, k)`` tile, a
-    transpose of the tile into ``(k, m)`` (in blocks of 16 rows), then an
+    One sgemm/dgemm ``(-2 C) @ X_chunk.T`` into a ``(k, m)`` tile, then an
     argmin down the centers that is vectorised across the rows.
     """
     k = neg2t.shape[1]
-    dots = tile[:m * k].reshape((m, k))
-    np.dot(X[start:start + m], neg2t, dots)
     dots_t = tile_t[:k * m].reshape((k, m))
-    full = m - m % 16
-    for i0 in range(0, full, 16):
-        for j in range(k):
-            for ii in range(16):
-                dots_t[j, i0 + ii] = dots[i0 + ii, j]
-    for i in range(full, m):
-        for j in range(k):
-            dots_t[j, i] = dots[i, j]
+    # (-2 C) @ X_chunk.T straight into the (k, m) layout the argmin wants: BLAS
+    # takes the transposed operands as flags, no copy and no transpose pass
+    np.dot(neg2t.T, X[start:start + m].T, dots_t)
     first = norms[0]
     row = dots_t[0]
     for i in range(m):
@@ -142,7 +134,6 @@ def _lloyd_block(X, centers, neg2t, norms, labels, chunk_rows, first, last, sums
     """Chunks ``first:last``: labels, sums and counts added to; returns (inertia, changed)."""
     n, d = X.shape
     k = centers.shape[0]
-    tile = np.empty(k * chunk_rows, X.dtype)
     tile_t = np.empty(k * chunk_rows, X.dtype)
     best = np.empty(chunk_rows, X.dtype)
     nearest = np.empty(chunk_rows, np.int32)
@@ -151,7 +142,7 @@ def _lloyd_block(X, centers, neg2t, norms, labels, chunk_rows, first, last, sums
     for c in range(first, last):
         start = c * chunk_rows
         m = min(chunk_rows, n - start)
-        _nearest_in_chunk(X, start, m, neg2t, norms, tile, tile_t, best, nearest)
+        _nearest_in_chunk(X, start, m, neg2t, norms, tile_t, best, nearest)
         for i in range(m):
             row = start + i
             j = nearest[i]
@@ -205,7 +196,6 @@ def _assign_block(X, centers, neg2t, norms, labels, counts, sq_distances, chunk_
     k = centers.shape[0]
     with_counts = counts.size > 0
     with_distances = sq_distances.size > 0
-    tile = np.empty(k * chunk_rows, X.dtype)
     tile_t = np.empty(k * chunk_rows, X.dtype)
     best = np.empty(chunk_rows, X.dtype)
     nearest = np.empty(chunk_rows, np.int32)
@@ -213,7 +203,7 @@ def _assign_block(X, centers, neg2t, norms, labels, counts, sq_distances, chunk_
     for c in range(first, last):
         start = c * chunk_rows
         m = min(chunk_rows, n - start)
-        _nearest_in_chunk(X, start, m, neg2t, norms, tile, tile_t, best, nearest)
+        _nearest_in_chunk(X, start, m, neg2t, norms, tile_t, best, nearest)
         for i in range(m):
             j = nearest[i]
             labels[start + i] = j

@@ -2,15 +2,28 @@
 
 from contextlib import contextmanager
 
-from .. import exceptions
 from ..exceptions import CollectiveMismatchError, HpcdistError
 
-__all__ = ["agree", "format_ranks", "raise_on_every_rank", "validated_on_every_rank"]
+__all__ = ["agree", "format_ranks", "raise_on_every_rank", "validated_on_every_rank",
+           "shared_error_type"]
 
-#: exception types a rank's failure is re-raised as on the other ranks
-_SHAREABLE_ERRORS = {cls.__name__: cls for cls in (
-    ValueError, TypeError, KeyError, IndexError, FileNotFoundError, OSError, RuntimeError,
-    *(getattr(exceptions, name) for name in exceptions.__all__))}
+#: built-in exception types a rank's failure is re-raised as on the other ranks
+_BUILTIN_ERRORS = {cls.__name__: cls for cls in (
+    ValueError, TypeError, KeyError, IndexError, FileNotFoundError, OSError, RuntimeError)}
+
+
+def shared_error_type(name):
+    """The exception class called ``name``: a built-in one above, or any
+    :class:`HpcdistError` subclass (e.g. ``CheckpointError``); else HpcdistError."""
+    if name in _BUILTIN_ERRORS:
+        return _BUILTIN_ERRORS[name]
+    pending = [HpcdistError]
+    while pending:
+        cls = pending.pop()
+        if cls.__name__ == name:
+            return cls
+        pending.extend(cls.__subclasses__())
+    return HpcdistError
 
 
 def format_ranks(ranks):
@@ -96,7 +109,7 @@ def raise_on_every_rank(ctx, error=None):
     if error is not None:
         raise error
     type_name = next(iter(failed.values()))[0]
-    error_type = _SHAREABLE_ERRORS.get(type_name, HpcdistError)
+    error_type = shared_error_type(type_name)
     by_message = {}
     for rank, (_, message) in failed.items():
         by_message.setdefault(message, []).append(rank)

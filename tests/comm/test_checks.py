@@ -362,6 +362,9 @@ def test_validation_passes_and_returns(ctx):
 
 
 def test_raise_on_every_rank_keeps_hpcdist_error_types(ctx):
-    from hpcdist.comm.checks import _SHAREABLE_ERRORS
-    assert _SHAREABLE_ERRORS["CollectiveMismatchError"] is hpcdist.CollectiveMismatchError
-    assert _SHAREABLE_ERRORS["ValueError"] is ValueError
+    from hpcdist.checkpoint import CheckpointCorruptError
+    from hpcdist.comm.checks import shared_error_type
+    assert shared_error_type("CollectiveMismatchError") is hpcdist.CollectiveMismatchError
+    assert shared_error_type("CheckpointCorruptError") is CheckpointCorruptError
+    assert shared_error_type("ValueError") is ValueError
+    assert shared_error_type("SomethingElse") is hpcdist.HpcdistError

@@ -112,10 +112,10 @@ def _relaunch(ranks, argv):
     return subprocess.call(command, env=os.environ.copy())
 
 
-def _run_train(args):
+def _run_train(parser, args):
     from .launcher import under_mpi_launcher
     if args.ranks is not None and args.ranks < 1:
-        raise SystemExit(f"hpcdist train: -n {args.ranks} should be >= 1")
+        parser.error(f"train: -n {args.ranks} should be >= 1")
     if args.ranks and args.ranks > 1 and not under_mpi_launcher():
         argv = list(sys.argv[1:])
         for flag in ("-n", "--np"):
@@ -149,7 +149,7 @@ def main(argv=None):
     if args.command == "run":
         return _run_job(parser, args)
     if args.command == "train":
-        return _run_train(args)
+        return _run_train(parser, args)
     if args.command == "info":
         from .info import run_info
         return run_info(args)

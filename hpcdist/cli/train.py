@@ -9,6 +9,7 @@ and writes them as JSON with ``--output``.
 
 import argparse
 import json
+import sys
 import time
 
 import numpy as np
@@ -258,7 +259,13 @@ def run_train(args):
     import hpcdist
     ctx = hpcdist.init()
     name = args.model
-    X, y, X_test, y_test = load_data(args, ctx)
+    try:  # load_hdf5 raises the same error on every rank: all ranks stop here together
+        X, y, X_test, y_test = load_data(args, ctx)
+    except (OSError, KeyError, ValueError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        if ctx.rank == 0:
+            print(f"hpcdist train {name}: {message}", file=sys.stderr, flush=True)
+        return 2
     if name != "kmeans" and y is None:
         raise SystemExit(f"hpcdist train {name}: needs targets: pass --y NAME with --data")
     estimator = MODELS[name][2](args, y, ctx)

@@ -46,8 +46,35 @@ def test_mlp_regression_on_generated_data_with_sklearn_comparison(tmp_path):
 ])
 def test_bad_options_are_clear(tmp_path, args, message):
     done = _train(args, tmp_path)
-    assert done.returncode != 0
-    assert message in done.stderr
+    assert done.returncode == 2
+    assert message in done.stderr and "usage: hpcdist" in done.stderr
+
+
+def test_hdf5_data_each_rank_reads_its_rows_and_missing_names_are_clear(tmp_path):
+    import h5py
+    from hpcdist.data import make_classification
+    X, y = make_classification(500, 6, 3, random_state=0, ctx=_one_rank())
+    path = tmp_path / "data.h5"
+    with h5py.File(path, "w") as handle:
+        handle["X"], handle["y"] = X, y
+    output = tmp_path / "forest.json"
+    done = _train(["forest", "--quiet", "--data", str(path), "--x", "X", "--y", "y",
+                   "--n-estimators", "5", "--output", str(output)], tmp_path, n=2)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(output.read_text())
+    assert report["rows"] == 400 and report["test_rows"] == 100 and report["features"] == 6
+    missing_file = _train(["mlp", "--data", str(tmp_path / "nope.h5"), "--x", "X"], tmp_path,
+                          n=2)
+    assert missing_file.returncode == 2 and "no file" in missing_file.stderr
+    missing_dataset = _train(["mlp", "--data", str(path), "--x", "Z", "--y", "y"], tmp_path,
+                             n=2)
+    assert missing_dataset.returncode == 2
+    assert "no such dataset at 'Z'" in missing_dataset.stderr and "'X', 'y'" in missing_dataset.stderr
+
+
+def _one_rank():
+    from types import SimpleNamespace
+    return SimpleNamespace(rank=0, size=1)
 
 
 def test_help_documents_every_option_with_its_default(tmp_path):

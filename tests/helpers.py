@@ -24,7 +24,7 @@ from tests.reference import BFLOAT16, is_complex, is_float, tolerance
 __all__ = [
     "world_rank", "world_size", "assert_on_all_ranks", "all_ranks",
     "expect_error", "check_array", "check_scalar", "same_on_all_ranks",
-    "REPO_ROOT", "mpiexec_path", "subprocess_env", "run_mpi_script", "mpi_twin",
+    "REPO_ROOT", "mpiexec_path", "subprocess_env", "run_mpi_script", "mpi_twin", "run_ok",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -239,3 +239,14 @@ def run_mpi_script(code, tmp_path, *, n=2, timeout=90, name="job.py", **env):
                              f"--- output ---\n{output}") from None
     elapsed = time.monotonic() - start
     return proc.returncode, elapsed, output
+
+
+def run_ok(command, cwd, timeout=240):
+    """Run ``command`` in a launcher-clean environment; its stdout + stderr, or
+    AssertionError (with that output) when it exits non-zero."""
+    import subprocess
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                               env=subprocess_env(), cwd=str(cwd), stdin=subprocess.DEVNULL)
+    output = completed.stdout + completed.stderr
+    assert completed.returncode == 0, output
+    return output

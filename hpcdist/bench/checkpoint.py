@@ -72,7 +72,7 @@ from pathlib import Path
 import numpy as np
 
 from .common import (MIB, add_job_options, load_average, machine_info, pyplot,
-                     run_per_rank_count, write_report)
+                     run_per_rank_count, write_report, merged_report)
 
 __all__ = ["main", "parse_size"]
 
@@ -469,10 +469,7 @@ def _plot(report, path):
 def _write_report(runs, args):
     summary = _summarize(runs, args)
     print(_summary_text(summary), flush=True)
-    largest = runs[max(runs)]
-    report = {"benchmark": "checkpoint", "machine": largest["machine"],
-              "settings": _settings(args),
-              "runs": {str(n): run for n, run in sorted(runs.items())}, "summary": summary}
+    report = merged_report("checkpoint", runs, _settings(args), summary)
     write_report(report, args.output_dir, args.name, plot=None if args.no_plot else _plot)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 __all__ = ["KIB", "MIB", "format_size", "package_version", "load_average", "machine_info",
            "median_seconds", "init_gloo", "pyplot", "write_report", "rank_counts",
-           "add_job_options", "launch_jobs", "run_per_rank_count"]
+           "add_job_options", "launch_jobs", "run_per_rank_count", "merged_report"]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -278,3 +278,15 @@ def run_per_rank_count(argv, args, *, module, title, measure_job, describe, writ
             args.ranks = [run["ranks"]]
             write(runs, args)
     return 0
+
+
+def merged_report(benchmark, runs, settings, summary, **extra):
+    """The JSON report of a benchmark measured by one job per rank count.
+
+    ``machine`` comes from the job with the most ranks; ``extra`` entries sit
+    between ``runs`` and ``summary``.
+    """
+    largest = runs[max(runs)]
+    return {"benchmark": benchmark, "machine": largest["machine"], "settings": settings,
+            "runs": {str(n): run for n, run in sorted(runs.items())}, **extra,
+            "summary": summary}

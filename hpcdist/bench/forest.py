@@ -55,7 +55,7 @@ import time
 import numpy as np
 
 from .common import (add_job_options, load_average, machine_info, package_version,
-                     run_per_rank_count, write_report)
+                     run_per_rank_count, write_report, merged_report)
 
 __all__ = ["main", "DATA", "TARGET_SPEEDUP", "TARGET_ACCURACY_GAP"]
 
@@ -357,11 +357,8 @@ def _settings(args):
 def _write_report(runs, args):
     summary, comparisons, identical = _summarize(runs)
     print(_summary_text(summary, comparisons, identical), flush=True)
-    largest = runs[max(runs)]
-    report = {"benchmark": "forest", "machine": largest["machine"], "settings": _settings(args),
-              "runs": {str(n): run for n, run in sorted(runs.items())},
-              "comparisons": comparisons, "forest_identical_across_rank_counts": identical,
-              "summary": summary}
+    report = merged_report("forest", runs, _settings(args), summary, comparisons=comparisons,
+                           forest_identical_across_rank_counts=identical)
     write_report(report, args.output_dir, args.name)
 
 

@@ -56,7 +56,7 @@ import time
 import numpy as np
 
 from .common import (add_job_options, load_average, machine_info, pyplot, run_per_rank_count,
-                     write_report)
+                     write_report, merged_report)
 
 __all__ = ["main", "DEFAULTS", "QUICK"]
 
@@ -404,10 +404,8 @@ def _plot(report, path):
 def _write_report(runs, args):
     summary, agreement = _summarize(runs)
     print(_summary_text(summary, agreement), flush=True)
-    largest = runs[max(runs)]
-    report = {"benchmark": "kmeans", "machine": largest["machine"], "settings": _settings(args),
-              "runs": {str(n): run for n, run in sorted(runs.items())}, "summary": summary,
-              "agreement_with_sklearn": agreement}
+    report = merged_report("kmeans", runs, _settings(args), summary,
+                           agreement_with_sklearn=agreement)
     write_report(report, args.output_dir, args.name, plot=None if args.no_plot else _plot)
 
 

@@ -77,7 +77,7 @@ import time
 import numpy as np
 
 from .common import (add_job_options, init_gloo, load_average, machine_info, pyplot,
-                     run_per_rank_count, write_report)
+                     run_per_rank_count, write_report, merged_report)
 
 __all__ = ["main", "LAYER_SIZES"]
 
@@ -516,9 +516,7 @@ def _write_report(runs, args):
     """Print the summary and write the JSON (and the plot) of the runs by rank count."""
     summary = _summarize(runs)
     print(_summary_text(summary), flush=True)
-    largest = runs[max(runs)]
-    report = {"benchmark": "mlp", "machine": largest["machine"], "settings": _settings(args),
-              "runs": {str(n): run for n, run in sorted(runs.items())}, "summary": summary}
+    report = merged_report("mlp", runs, _settings(args), summary)
     write_report(report, args.output_dir, args.name, plot=None if args.no_plot else _plot)
 
 

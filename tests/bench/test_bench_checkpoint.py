@@ -7,14 +7,13 @@ one job started directly under ``mpiexec``.
 import argparse
 import importlib.util
 import json
-import subprocess
 import sys
 
 import h5py
 import pytest
 
 from hpcdist.bench.checkpoint import parse_size
-from tests.helpers import mpiexec_path, subprocess_env
+from tests.helpers import mpiexec_path, run_ok
 
 pytestmark = pytest.mark.slow
 
@@ -23,11 +22,7 @@ BACKENDS = ["sharded", "mpio"] if PARALLEL else ["sharded"]
 
 
 def _run(command, cwd, timeout=240):
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                               env=subprocess_env(), cwd=str(cwd), stdin=subprocess.DEVNULL)
-    output = completed.stdout + completed.stderr
-    assert completed.returncode == 0, output
-    return output
+    return run_ok(command, cwd, timeout)
 
 
 @pytest.fixture(scope="module")

@@ -5,13 +5,12 @@ rank and one at 2 ranks (merged into one report), and one job started
 directly under ``mpiexec`` without the baselines.
 """
 import json
-import subprocess
 import sys
 
 import pytest
 
 from hpcdist.bench.forest import QUICK, main
-from tests.helpers import REPO_ROOT, mpiexec_path, subprocess_env
+from tests.helpers import REPO_ROOT, mpiexec_path, run_ok
 
 pytestmark = pytest.mark.slow
 
@@ -19,11 +18,7 @@ TARGETS = ("fit_speedup_vs_sklearn_at_2_ranks", "accuracy_vs_sklearn_at_2_ranks"
 
 
 def _run(command, cwd, timeout=240):
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                               env=subprocess_env(), cwd=str(cwd), stdin=subprocess.DEVNULL)
-    output = completed.stdout + completed.stderr
-    assert completed.returncode == 0, output
-    return output
+    return run_ok(command, cwd, timeout)
 
 
 @pytest.fixture(scope="module")

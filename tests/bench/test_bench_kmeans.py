@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from hpcdist.bench.kmeans import QUICK
-from tests.helpers import mpiexec_path, subprocess_env
+from tests.helpers import mpiexec_path, run_ok, subprocess_env
 
 pytestmark = pytest.mark.slow
 
@@ -21,11 +21,7 @@ TARGETS = ("speedup_vs_sklearn_at_2_ranks", "sgemm_peak_fraction_at_2_ranks")
 
 
 def _run(command, cwd, timeout=240):
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                               env=subprocess_env(), cwd=str(cwd), stdin=subprocess.DEVNULL)
-    output = completed.stdout + completed.stderr
-    assert completed.returncode == 0, output
-    return output
+    return run_ok(command, cwd, timeout)
 
 
 @pytest.fixture(scope="module")

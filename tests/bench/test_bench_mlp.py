@@ -7,13 +7,12 @@ report), and one job started directly under ``mpiexec`` without torch.
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 from hpcdist.bench.mlp import DEFAULT_SWEEP, LAYER_SIZES
-from tests.helpers import mpiexec_path, subprocess_env
+from tests.helpers import mpiexec_path, run_ok
 
 pytestmark = pytest.mark.slow
 
@@ -25,11 +24,7 @@ TARGETS = ("samples_per_second_vs_torch_at_1_ranks", "samples_per_second_vs_torc
 
 
 def _run(command, cwd, timeout=180):
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                               env=subprocess_env(), cwd=str(cwd), stdin=subprocess.DEVNULL)
-    output = completed.stdout + completed.stderr
-    assert completed.returncode == 0, output
-    return output
+    return run_ok(command, cwd, timeout)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ import numpy as np
 
 __all__ = ["KIB", "MIB", "format_size", "package_version", "load_average", "machine_info",
            "median_seconds", "init_gloo", "pyplot", "write_report", "rank_counts",
-           "add_job_options", "launch_jobs", "run_per_rank_count", "merged_report"]
+           "add_job_options", "launch_jobs", "run_per_rank_count", "merged_report",
+           "fill_sizes"]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -290,3 +291,17 @@ def merged_report(benchmark, runs, settings, summary, **extra):
     return {"benchmark": benchmark, "machine": largest["machine"], "settings": settings,
             "runs": {str(n): run for n, run in sorted(runs.items())}, **extra,
             "summary": summary}
+
+
+def fill_sizes(parser, args, defaults, quick, minimums=None):
+    """Give every size option in ``defaults`` left unset its value from
+    ``quick`` (with ``--quick``) or ``defaults``; an explicit value below its
+    minimum (``minimums.get(key, 1)``) is a usage error naming the option."""
+    chosen = quick if args.quick else defaults
+    for key in defaults:
+        value = getattr(args, key)
+        low = (minimums or {}).get(key, 1)
+        if value is None:
+            setattr(args, key, chosen[key])
+        elif value < low:
+            parser.error(f"--{key.replace('_', '-')}={value} should be >= {low}")

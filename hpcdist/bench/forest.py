@@ -55,7 +55,7 @@ import time
 import numpy as np
 
 from .common import (add_job_options, load_average, machine_info, package_version,
-                     run_per_rank_count, write_report, merged_report)
+                     fill_sizes, run_per_rank_count, write_report, merged_report)
 
 __all__ = ["main", "DATA", "TARGET_SPEEDUP", "TARGET_ACCURACY_GAP"]
 
@@ -100,12 +100,7 @@ def _build_parser():
 def _parse_args(argv):
     parser = _build_parser()
     args = parser.parse_args(argv)
-    defaults = QUICK if args.quick else DEFAULTS
-    for key in DEFAULTS:
-        if getattr(args, key) is None:
-            setattr(args, key, defaults[key])
-        elif getattr(args, key) < (0 if key == "baseline_repetitions" else 1):
-            parser.error(f"--{key.replace('_', '-')}={getattr(args, key)} should be >= 1")
+    fill_sizes(parser, args, DEFAULTS, QUICK, minimums={"baseline_repetitions": 0})
     return args
 
 

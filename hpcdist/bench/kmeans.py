@@ -56,7 +56,7 @@ import time
 import numpy as np
 
 from .common import (add_job_options, load_average, machine_info, pyplot, run_per_rank_count,
-                     write_report, merged_report)
+                     write_report, merged_report, fill_sizes)
 
 __all__ = ["main", "DEFAULTS", "QUICK"]
 
@@ -100,13 +100,7 @@ def _build_parser():
 def _parse_args(argv):
     parser = _build_parser()
     args = parser.parse_args(argv)
-    defaults = QUICK if args.quick else DEFAULTS
-    for key, default in defaults.items():
-        value = getattr(args, key)
-        if value is None:
-            setattr(args, key, default)
-        elif value < 1:
-            parser.error(f"--{key.replace('_', '-')}={value} should be >= 1")
+    fill_sizes(parser, args, DEFAULTS, QUICK)
     if args.samples < args.clusters * max(args.ranks):
         parser.error(f"--samples={args.samples} should be at least --clusters x ranks "
                      f"({args.clusters} x {max(args.ranks)})")

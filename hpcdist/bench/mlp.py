@@ -77,7 +77,7 @@ import time
 import numpy as np
 
 from .common import (add_job_options, init_gloo, load_average, machine_info, pyplot,
-                     run_per_rank_count, write_report, merged_report)
+                     fill_sizes, run_per_rank_count, write_report, merged_report)
 
 __all__ = ["main", "LAYER_SIZES"]
 
@@ -144,15 +144,9 @@ def _build_parser():
 def _parse_args(argv):
     parser = _build_parser()
     args = parser.parse_args(argv)
-    defaults = QUICK if args.quick else {"batch": DEFAULT_BATCH, "steps": DEFAULT_STEPS,
-                                         "repetitions": DEFAULT_REPETITIONS,
-                                         "warmup": WARMUP_STEPS}
-    for key in ("batch", "steps", "repetitions"):
-        if getattr(args, key) is None:
-            setattr(args, key, defaults[key])
-        elif getattr(args, key) < 1:
-            parser.error(f"--{key}={getattr(args, key)} should be >= 1")
-    args.warmup = defaults["warmup"]
+    fill_sizes(parser, args, {"batch": DEFAULT_BATCH, "steps": DEFAULT_STEPS,
+                              "repetitions": DEFAULT_REPETITIONS}, QUICK)
+    args.warmup = QUICK["warmup"] if args.quick else WARMUP_STEPS
     if not args.bucket_size_mb >= 0 or math.isinf(args.bucket_size_mb):
         parser.error(f"--bucket-size-mb={args.bucket_size_mb} should be finite and >= 0 "
                      "(torch's bucket_cap_mb takes no inf)")

@@ -20,6 +20,15 @@ EXIT_RESUME = 75
 STEP_SECONDS = 0.05
 
 
+def _wait_for_every_checkpoint(directory, timeout=30.0):
+    """A file barrier: return once ``checkpoint-R`` exists for every rank."""
+    size = int(os.environ.get("WORLD_SIZE") or os.environ.get("PMI_SIZE") or "1")
+    deadline = time.monotonic() + timeout
+    paths = [os.path.join(directory, f"checkpoint-{r}") for r in range(size)]
+    while not all(map(os.path.exists, paths)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=0.0, help="how long to train")
@@ -53,10 +62,14 @@ def main():
             for signum in (signal.SIGUSR1, signal.SIGTERM):
                 signal.signal(signum, signal.SIG_IGN)
             if args.checkpoint_dir:
-                with open(os.path.join(args.checkpoint_dir, f"checkpoint-{rank}"), "w") as f:
+                path = os.path.join(args.checkpoint_dir, f"checkpoint-{rank}")
+                with open(path + ".tmp", "w") as f:
                     f.write(received[0])
             print(f"[fake rank {rank}] got {received[0]}: checkpoint written, exit 75",
                   flush=True)
+            if args.checkpoint_dir:  # the file appears only after the message is out
+                os.replace(path + ".tmp", path)
+                _wait_for_every_checkpoint(args.checkpoint_dir)
             return EXIT_RESUME
         time.sleep(STEP_SECONDS)
     if args.output and rank == "0":

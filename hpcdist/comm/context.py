@@ -28,6 +28,16 @@ _WATCHDOG = []     # the process's stall watchdog, when running
 _perf_counter = time.perf_counter
 
 
+class _OperationStats:
+    """The counters of one operation (a record, cheap to update on every call)."""
+
+    __slots__ = ("calls", "bytes_sent", "bytes_received", "seconds")
+
+    def __init__(self):
+        self.calls = self.bytes_sent = self.bytes_received = 0
+        self.seconds = 0.0
+
+
 class Context:
     """A communicator with everything hpcdist knows about its ranks.
 
@@ -97,7 +107,6 @@ class Context:
     # -- bookkeeping of every collective ---------------------------------------------------
     def _begin(self, name):
         """Mark the start of operation ``name`` (for the watchdog); returns the start time."""
-        self._calls += 1
         self._inflight_name = name
         self._inflight_since = start = _perf_counter()
         return start
@@ -106,13 +115,14 @@ class Context:
         """Count a finished operation in :meth:`stats` and the timeline."""
         seconds = _perf_counter() - start
         self._inflight_name = None
-        entry = self._stats.get(name)
-        if entry is None:
-            entry = self._stats[name] = [0, 0, 0, 0.0]
-        entry[0] += 1
-        entry[1] += sent
-        entry[2] += received
-        entry[3] += seconds
+        self._calls += 1
+        record = self._stats.get(name)
+        if record is None:
+            record = self._stats[name] = _OperationStats()
+        record.calls += 1
+        record.bytes_sent += sent
+        record.bytes_received += received
+        record.seconds += seconds
         if _ACTIVE_TRACE:
             _ACTIVE_TRACE[0][0].append((name, start, seconds, sent, received))
 
@@ -126,9 +136,9 @@ class Context:
             Bytes are this rank's payload as the operation sees it (for
             ``allreduce``, the array's size in and out).
         """
-        return {name: {"calls": calls, "bytes_sent": sent, "bytes_received": received,
-                       "seconds": seconds}
-                for name, (calls, sent, received, seconds) in self._stats.items()}
+        return {name: {"calls": record.calls, "bytes_sent": record.bytes_sent,
+                       "bytes_received": record.bytes_received, "seconds": record.seconds}
+                for name, record in self._stats.items()}
 
     def reset_stats(self):
         """Set every counter back to zero."""

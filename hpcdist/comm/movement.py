@@ -6,7 +6,7 @@ import numpy as np
 from .buffers import (_DIRECT_TYPES, DEVICE_DIRECT, DEVICE_STAGED, HOST, NP_SCALAR, PY_SCALAR,
                       Payload, describe, mpi_buffer, wrap)
 from .checks import agree, format_ranks
-from .context import resolve
+from .context import _DEFAULT, _perf_counter, resolve
 from .devices import backend_of
 from .dtypes import dtype_code, dtype_from_code
 from .headers import BAD_INPUT, HEADER_BYTES, MAX_DIMS, NO_INPUT, OK, pack_header, unpack_header
@@ -49,7 +49,21 @@ def broadcast(x, root=0, *, shape_known=False, ctx=None):
     arrays of up to ``_INLINE_BYTES`` ride inside the header's message, so
     a small broadcast is still one message.
     """
-    ctx = resolve(ctx)
+    if ctx is None:
+        ctx = _DEFAULT[0] if _DEFAULT else resolve(ctx)
+    if (shape_known and type(x) is np.ndarray and type(root) is int and 0 <= root < ctx.size
+            and not ctx.check and x.flags.c_contiguous and x.dtype in _DIRECT_TYPES):
+        # fast path: one MPI broadcast of a plain array, as in parameter broadcasts
+        ctx._inflight_name = "broadcast"  # ctx._begin, inlined on this hot path
+        ctx._inflight_since = start = _perf_counter()
+        if ctx.size > 1:
+            ctx.comm.Bcast((x, _DIRECT_TYPES[x.dtype]), root)
+        nbytes = x.nbytes
+        if ctx.rank == root:
+            ctx._end("broadcast", start, nbytes, 0)
+        else:
+            ctx._end("broadcast", start, 0, nbytes)
+        return x
     root = check_root(root, ctx, "broadcast")
     if shape_known:
         return _broadcast_known_shape(x, root, ctx)
@@ -337,15 +351,17 @@ def allgather(x, axis=0, *, counts=None, ctx=None):
     array
         The concatenation in rank order.
     """
-    ctx = resolve(ctx)
+    if ctx is None:
+        ctx = _DEFAULT[0] if _DEFAULT else resolve(ctx)
     if (type(x) is np.ndarray and axis == 0 and type(counts) is list and x.ndim
             and not ctx.check and x.flags.c_contiguous and len(counts) == ctx.size
-            and counts[ctx.rank] == x.shape[0] and counts.count(x.shape[0]) == ctx.size
-            and x.dtype in _DIRECT_TYPES):
+            and counts.count(x.shape[0]) == ctx.size and x.dtype in _DIRECT_TYPES):
         # fast path: equal, known sizes of a plain array, as in data-parallel training
         datatype = _DIRECT_TYPES[x.dtype]
-        result = np.empty((x.shape[0] * ctx.size,) + x.shape[1:], dtype=x.dtype)
-        start = ctx._begin("allgather")
+        shape = x.shape
+        result = np.empty((shape[0] * ctx.size,) + shape[1:], dtype=x.dtype)
+        ctx._inflight_name = "allgather"  # ctx._begin, inlined on this hot path
+        ctx._inflight_since = start = _perf_counter()
         if ctx.size > 1:
             ctx.comm.Allgather((x, datatype), (result, datatype))
         else:

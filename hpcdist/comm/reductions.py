@@ -8,7 +8,7 @@ from .algorithms import ALGORITHMS
 from .buffers import DEVICE_DIRECT, HOST, describe, mpi_buffer, output_for, wrap
 from .checks import agree
 from .dtypes import is_sixteen_bit_float
-from .context import resolve
+from .context import _DEFAULT, _perf_counter, resolve
 from .ops import mpi_op, parse_op
 from .partition import balanced_counts, validate_counts
 
@@ -60,24 +60,34 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx=None):
     >>> total = hpcdist.allreduce(np.ones(4), op="sum")   # doctest: +SKIP
     """
     if ctx is None:
-        ctx = resolve(ctx)
-    if type(x) is np.ndarray and algorithm == "auto":
+        ctx = _DEFAULT[0] if _DEFAULT else resolve(ctx)
+    if type(x) is np.ndarray and algorithm == "auto" and not ctx.check:
         # fast path: a combination the general path below has already validated
-        fast = _FAST_PATHS.get((op, x.dtype))
-        if (fast is not None and x.flags.c_contiguous and not ctx.check
-                and (out is None or _fits(out, x))):
-            datatype, mpi_operation, mean = fast
-            result = np.empty_like(x) if out is None else out
-            start = ctx._begin("allreduce")
-            if ctx.size > 1:
-                ctx.comm.Allreduce(MPI.IN_PLACE if result is x else (x, datatype),
-                                   (result, datatype), mpi_operation)
-                if mean:
-                    np.true_divide(result, ctx.size, out=result)
-            elif result is not x:
-                result[...] = x
-            ctx._end("allreduce", start, x.nbytes, x.nbytes)
-            return result
+        try:
+            fast = _FAST_PATHS[op][x.dtype]
+        except (KeyError, TypeError):  # not validated yet, or an unhashable op
+            fast = None
+        if fast is not None and x.flags.c_contiguous:
+            if out is None:
+                result = np.empty_like(x)
+            elif (type(out) is np.ndarray and out.dtype is x.dtype and out.shape == x.shape
+                  and out.flags.c_contiguous):
+                result = out
+            else:
+                result = None  # the general path handles (or rejects) this out
+            if result is not None:
+                datatype, mpi_operation, mean = fast
+                ctx._inflight_name = "allreduce"  # ctx._begin, inlined on this hot path
+                ctx._inflight_since = start = _perf_counter()
+                if ctx.size > 1:
+                    ctx.comm.Allreduce(MPI.IN_PLACE if result is x else (x, datatype),
+                                       (result, datatype), mpi_operation)
+                    if mean:
+                        np.true_divide(result, ctx.size, out=result)
+                elif result is not x:
+                    result[...] = x
+                ctx._end("allreduce", start, x.nbytes, x.nbytes)
+                return result
     op = parse_op(op)
     if algorithm not in _ALGORITHM_NAMES:
         raise ValueError(f"allreduce: algorithm={algorithm!r} is unknown; use one of "
@@ -102,18 +112,14 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx=None):
         _divide_for_mean(result, payload, size)
     ctx._end("allreduce", start, data.nbytes, data.nbytes)
     if payload.kind == HOST and not is_sixteen_bit_float(data.dtype):
-        _FAST_PATHS[(op, data.dtype)] = (mpi_buffer(data)[1], mpi_operation, op == "mean")
+        _FAST_PATHS.setdefault(op, {})[data.dtype] = (mpi_buffer(data)[1], mpi_operation,
+                                                      op == "mean")
     return payload.deliver(result, out)
 
 
-# (op name, dtype) -> (MPI datatype, MPI op, divide by size) for host arrays: filled by
+# op name -> dtype -> (MPI datatype, MPI op, divide by size) for host arrays: filled by
 # the general path, so the fast path only ever repeats a combination validated there
 _FAST_PATHS = {}
-
-
-def _fits(out, x):
-    return (type(out) is np.ndarray and out.flags.c_contiguous and out.shape == x.shape
-            and out.dtype == x.dtype)
 
 
 def _explicit_allreduce(ctx, payload, data, result, op, algorithm):

@@ -75,7 +75,7 @@ class Watchdog:
         for ctx in list(self._contexts):
             name, since = ctx._inflight_name, ctx._inflight_since
             if name is not None:
-                return name, ctx._calls, now - since, ctx.size
+                return name, ctx._calls + 1, now - since, ctx.size
         return None
 
     def _run(self):

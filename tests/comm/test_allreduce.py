@@ -188,6 +188,27 @@ def test_allreduce_out(ctx):
         np.testing.assert_array_equal(x, inputs[ctx.rank])
 
 
+def test_allreduce_out_checks_hold_after_the_fast_path_is_warm(ctx):
+    """Once a (op, dtype) pair has taken the fast path, a wrong ``out`` or op
+    still gets the general path's errors, and odd layouts its handling."""
+    inputs = _inputs(ctx.size, (4, 6), np.float64, seed=12, op="sum")
+    x = inputs[ctx.rank].copy()
+    expected = reference_reduce(inputs, "sum")
+    first, second = (hpcdist.allreduce(x, "sum") for _ in range(2))  # validate, then cached
+    with all_ranks():
+        check_array(first, expected)
+        check_array(second, expected)
+    expect_error(ValueError, hpcdist.allreduce, x, "sum", out=np.empty((6, 4)),
+                 match=r"out is float64\[6,4\]")
+    expect_error(ValueError, hpcdist.allreduce, x, "sum", out=np.empty((4, 6), np.int64),
+                 match="same shape and dtype")
+    expect_error(ValueError, hpcdist.allreduce, x, ["sum"], match="is not a reduction")
+    fortran = np.asfortranarray(np.empty_like(x))
+    with all_ranks():
+        assert hpcdist.allreduce(x, "sum", out=fortran) is fortran
+        check_array(fortran, expected)
+
+
 @pytest.mark.parametrize("op", ["sum", "max"])
 def test_allreduce_in_place(ctx, op):
     inputs = _inputs(ctx.size, (9,), np.int64, seed=6, op=op)

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import hpcdist
+from hpcdist.comm.movement import _INLINE_BYTES
 from tests.helpers import all_ranks, check_array, check_scalar, expect_error
 from tests.reference import (BFLOAT16, balanced_counts, dtype_name, make_input,
                              reference_reduce, split_blocks)
@@ -32,6 +33,21 @@ def test_broadcast_into_buffer(ctx, root, dtype, shape):
     with all_ranks(f"broadcast root={root}"):
         assert out is x, "broadcast must fill and return the caller's array"
         check_array(out, data, dtype=dtype, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("receiver", ["array", "None"])
+@pytest.mark.parametrize("extra", [-1, 0, 1])
+def test_broadcast_at_the_inline_limit(ctx, receiver, extra):
+    """Data up to _INLINE_BYTES rides in the header's message, more follows it."""
+    nbytes = _INLINE_BYTES + extra
+    data = make_input(0, (nbytes,), np.uint8, seed=58)
+    if ctx.rank == 0:
+        x = data.copy()
+    else:
+        x = np.zeros(nbytes, dtype=np.uint8) if receiver == "array" else None
+    out = hpcdist.broadcast(x, root=0)
+    with all_ranks(f"{nbytes} bytes"):
+        check_array(out, data, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("root", ["first", "last"])

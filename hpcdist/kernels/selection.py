@@ -88,32 +88,48 @@ def _count_range(u, mask, threshold, lo, hi):
     return s
 
 
+#: keys tested together: one vector compare per block, a scalar gather only in
+#: blocks with a hit (about 1 in 10 at k = 1%)
+_BLOCK = 8
+
+
+@njit(**JIT, inline="always")
+def _block_hits(v, base, mask, threshold):
+    hit = 0
+    for t in range(_BLOCK):
+        hit |= np.int32((v[base + t] & mask) >= threshold)
+    return hit != 0
+
+
 @njit(**JIT)
-def _gather_range(x, u, mask, threshold, lo, hi, j, indices, values):
-    v = u[lo:hi]
-    w = x[lo:hi]
-    for i in range(v.size):
-        if (v[i] & mask) >= threshold:
-            indices[j] = lo + i
-            values[j] = w[i]
+def _gather_scalar(x, u, mask, threshold, lo, hi, start, cap, indices, values, j):
+    """Gather keys >= threshold of ``[lo, hi)`` into ``indices[start + j:]``
+    (room for ``cap`` in all); returns the new ``j``, or ``cap + 1`` when full."""
+    for i in range(lo, hi):
+        if (u[i] & mask) >= threshold:
+            if j == cap:
+                return cap + 1
+            indices[start + j] = i
+            values[start + j] = x[i]
             j += 1
+    return j
 
 
 @njit(**JIT)
 def _gather_capped_range(x, u, mask, threshold, lo, hi, start, cap, indices, values):
-    """Like :func:`_gather_range` into ``indices[start:start+cap]``; returns the
-    count, or ``cap + 1`` as soon as the room is exceeded."""
+    """Indices and values of the keys >= threshold of ``[lo, hi)``, in index
+    order, into ``indices[start:start+cap]``; returns the count, or ``cap + 1``
+    as soon as the room is exceeded."""
     v = u[lo:hi]
-    w = x[lo:hi]
+    whole = v.size - v.size % _BLOCK
     j = 0
-    for i in range(v.size):
-        if (v[i] & mask) >= threshold:
-            if j == cap:
-                return cap + 1
-            indices[start + j] = lo + i
-            values[start + j] = w[i]
-            j += 1
-    return j
+    for base in range(0, whole, _BLOCK):
+        if _block_hits(v, base, mask, threshold):
+            j = _gather_scalar(x, u, mask, threshold, lo + base, lo + base + _BLOCK, start, cap,
+                               indices, values, j)
+            if j > cap:
+                return j
+    return _gather_scalar(x, u, mask, threshold, lo + whole, hi, start, cap, indices, values, j)
 
 
 @njit(**JIT_PARALLEL)
@@ -153,6 +169,23 @@ def _topk_small(x, k):
 _SAMPLE = 1 << 16
 
 
+def _gather_at_least_once(x, u, mask, threshold, expected):
+    """Indices and values of the keys >= threshold in one pass, into per-chunk
+    slots sized for ``expected`` results in all; None when a slot overflows."""
+    n = x.size
+    nchunks = max(1, min(num_threads(), n // 65536))
+    cap = int(expected / nchunks) + 4096
+    slots = np.empty(nchunks * cap, np.int64)
+    slot_val = np.empty(nchunks * cap, x.dtype)
+    counts = _gather_capped(x, u, mask, threshold, nchunks, cap, slots, slot_val)
+    if np.any(counts > cap):
+        return None
+    if nchunks == 1:
+        return slots[:counts[0]], slot_val[:counts[0]]
+    return (np.concatenate([slots[c * cap:c * cap + counts[c]] for c in range(nchunks)]),
+            np.concatenate([slot_val[c * cap:c * cap + counts[c]] for c in range(nchunks)]))
+
+
 def _topk_numba(x, k):
     """Driver: a sampled lower bound of the k-th key, gather the candidates above
     it (about 1.2 k of them) and select exactly among them; falls back to the
@@ -164,27 +197,35 @@ def _topk_numba(x, k):
         return _topk_histogram(x, k)
     sample = u[np.random.default_rng(0).integers(0, n, _SAMPLE)] & mask
     low = np.partition(sample, _SAMPLE - rank)[_SAMPLE - rank]
-    nchunks = max(1, min(num_threads(), n // 65536))
     # one pass into per-chunk slots sized from the sample (1.5x the expected count)
-    cap = int(1.5 * rank / _SAMPLE * n / nchunks) + 4096
-    slots = np.empty(nchunks * cap, np.int64)
-    slot_val = np.empty(nchunks * cap, x.dtype)
-    counts = _gather_capped(x, u, mask, low, nchunks, cap, slots, slot_val)
-    m = int(counts.sum())
-    if np.any(counts > cap) or m < k:
+    gathered = _gather_at_least_once(x, u, mask, low, 1.5 * rank / _SAMPLE * n)
+    if gathered is None or gathered[0].size < k:
         return _topk_histogram(x, k)
-    if nchunks == 1:
-        cand, cand_val = slots[:m], slot_val[:m]
-    else:
-        cand = np.concatenate([slots[c * cap:c * cap + counts[c]] for c in range(nchunks)])
-        cand_val = np.concatenate([slot_val[c * cap:c * cap + counts[c]]
-                                   for c in range(nchunks)])
+    cand, cand_val = gathered
+    m = cand.size
     keys = cand_val.view(u.dtype) & mask
     threshold = np.partition(keys, m - k)[m - k]
-    keep = keys > threshold
-    ties = np.flatnonzero(keys == threshold)[: k - int(np.count_nonzero(keep))]
-    keep[ties] = True
-    return cand[keep], cand_val[keep]
+    indices = np.empty(k, np.int64)
+    values = np.empty(k, x.dtype)
+    _keep_top(cand, cand_val, keys, threshold, int(np.count_nonzero(keys > threshold)),
+              indices, values)
+    return indices, values
+
+
+@njit(**JIT)
+def _keep_top(cand, cand_val, keys, threshold, above, indices, values):
+    """Copy, in order, the candidates with key > threshold and the first
+    ``indices.size - above`` ones with key == threshold."""
+    ties = indices.size - above
+    j = 0
+    for i in range(keys.size):
+        key = keys[i]
+        if key > threshold or (key == threshold and ties > 0):
+            if key == threshold:
+                ties -= 1
+            indices[j] = cand[i]
+            values[j] = cand_val[i]
+            j += 1
 
 
 def _topk_histogram(x, k):
@@ -266,9 +307,20 @@ def topk(x, k):
 @njit(**JIT_PARALLEL)
 def _gather_at_least(x, u, mask, threshold, offsets, nchunks, indices, values):
     n = u.size
-    for c in prange(nchunks):
-        _gather_range(x, u, mask, threshold, c * n // nchunks, (c + 1) * n // nchunks,
-                      offsets[c], indices, values)
+    for c in prange(nchunks):  # the counts are exact: each chunk fills its room
+        _gather_capped_range(x, u, mask, threshold, c * n // nchunks, (c + 1) * n // nchunks,
+                             offsets[c], offsets[c + 1] - offsets[c], indices, values)
+
+
+def _gather_at_least_counted(x, u, mask, threshold):
+    """Indices and values of the keys >= threshold: a counting pass, then the gather."""
+    nchunks = max(1, min(num_threads(), x.size // 65536))
+    counts = _count_at_least(u, mask, threshold, nchunks)
+    offsets = np.concatenate(([0], np.cumsum(counts)))
+    indices = np.empty(int(offsets[-1]), np.int64)
+    values = np.empty(indices.size, x.dtype)
+    _gather_at_least(x, u, mask, threshold, offsets, nchunks, indices, values)
+    return indices, values
 
 
 def _default_sample_size(n):
@@ -284,15 +336,13 @@ def _threshold_driver(x, k, sample_size, seed):
     sample = u[rng.integers(0, n, sample_size)] & mask
     rank = max(1, int(np.ceil(k * sample_size / n)))
     threshold = np.partition(sample, sample_size - rank)[sample_size - rank]
-    nchunks = max(1, min(num_threads(), n // 65536))
-    counts = _count_at_least(u, mask, threshold, nchunks)
-    offsets = np.concatenate(([0], np.cumsum(counts)))
-    count = int(offsets[-1])
+    gathered = _gather_at_least_once(x, u, mask, threshold, 1.5 * k)
+    if gathered is None:          # far more than k: count first, then gather
+        gathered = _gather_at_least_counted(x, u, mask, threshold)
+    indices, values = gathered
+    count = indices.size
     if count < (k + 1) // 2:      # threshold far too high: fall back to exact
         return _topk_driver(x, k)
-    indices = np.empty(count, np.int64)
-    values = np.empty(count, x.dtype)
-    _gather_at_least(x, u, mask, threshold, offsets, nchunks, indices, values)
     if count > _upper(k):         # too many: exact top-k of the selected
         keep, _ = _topk_driver(values, k)
         return indices[keep], values[keep]

@@ -77,6 +77,23 @@ def test_topk_threshold_is_an_exact_top_m_near_k(n, k, dtype):
     np.testing.assert_array_equal(idx, again)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_topk_threshold_with_far_more_than_k_above_the_threshold(dtype):
+    """Massive ties at the sampled threshold overflow the one-pass slots: the
+    counted gather takes over, then the exact top-k of the selection."""
+    x = np.ones(300_000, dtype)
+    x[::1000] = 2.0
+    k = 1000
+    idx, vals = topk_threshold(x, k, seed=3)
+    u, mask, _ = selection._keys(x)
+    one = np.asarray(1.0, dtype).view(u.dtype)[()]  # the sampled threshold: |x| >= 1 is everything
+    assert selection._gather_at_least_once(x, u, mask, one, 1.5 * k) is None
+    _check_topk(x, k, idx, vals)
+    expected = np.concatenate([np.arange(0, 300_000, 1000), np.setdiff1d(
+        np.arange(k), np.arange(0, 300_000, 1000))[:k - 300]])
+    np.testing.assert_array_equal(idx, np.sort(expected))   # ties: lowest indices first
+
+
 def test_topk_threshold_large_sample_is_close():
     x = _data(2_000_000, np.float32, seed=8)
     idx, _ = topk_threshold(x, 20_000, sample_size=200_000, seed=1)

@@ -70,7 +70,7 @@ def _sumsq(x, nblocks):
 
 
 @njit(**JIT)
-def _qsgd_range(x, lo, scale, levels, key, q):
+def _qsgd_levels(x, lo, scale, levels, key, q):
     # _uniform24(key, lo + i) with its 64-bit parts hoisted: a block never
     # straddles a multiple of 2**32 (_BLOCK divides it), so the high word of
     # the index is constant here and the loop runs on 32-bit lanes only
@@ -89,7 +89,28 @@ def _qsgd_range(x, lo, scale, levels, key, q):
         f = np.floor(a)
         level = np.int32(f) + np.int32(u < a - f)
         level = min(level, levels)
-        q[i] = level - 2 * level * np.int32(x[i] < 0)
+        q[i] = level - 2 * level * np.int32(x[i] < 0)  # into int32: int8 stores do not vectorise
+
+
+@njit(**JIT)
+def _narrow(levels, q):
+    for i in range(levels.size):
+        q[i] = levels[i]
+
+
+#: elements per int32 scratch block (in L1): the hashing loop vectorises into
+#: the scratch, a second loop narrows it to int8/int16
+_SCRATCH = 4096
+
+
+@njit(**JIT)
+def _qsgd_range(x, lo, scale, levels, key, q):
+    scratch = np.empty(min(x.size, _SCRATCH), np.int32)
+    for start in range(0, x.size, _SCRATCH):
+        stop = min(x.size, start + _SCRATCH)
+        part = scratch[:stop - start]
+        _qsgd_levels(x[start:stop], lo + start, scale, levels, key, part)
+        _narrow(part, q[start:stop])
 
 
 @njit(**JIT_PARALLEL)

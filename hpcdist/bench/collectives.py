@@ -86,9 +86,8 @@ IMPLEMENTATIONS = ("hpcdist", "mpi4py", "gloo")
 
 DEFAULT_SIZES = (8,) + tuple(4**k for k in range(3, 14))  # 8 B, 64 B, 256 B, ..., 64 MiB
 QUICK_SIZES = (8, KIB, 64 * KIB, MIB)
-DEFAULT_REPETITIONS = 15  # below BIG_MESSAGE; a third of it from there up
+DEFAULT_REPETITIONS = 15  # at every size: 5 left single big-message points at 1.3x on a noisy VM
 QUICK_REPETITIONS = 5
-BIG_MESSAGE = 4 * MIB
 DEFAULT_BATCH_MS = 10.0
 QUICK_BATCH_MS = 2.0
 MAX_ITERATIONS = 200_000  # cap on k, the calls per timed batch
@@ -212,8 +211,7 @@ def _build_parser() -> argparse.ArgumentParser:
              f"{QUICK_BATCH_MS:g} ms batches")
     parser.add_argument(
         "--repetitions", type=int,
-        help=f"timed repetitions per size (default {DEFAULT_REPETITIONS}, "
-             f"{DEFAULT_REPETITIONS // 3} from {format_size(BIG_MESSAGE)} up)")
+        help=f"timed repetitions per size (default {DEFAULT_REPETITIONS})")
     parser.add_argument(
         "--batch-ms", type=float,
         help=f"target duration of one timed batch (default {DEFAULT_BATCH_MS:g} ms)")
@@ -244,13 +242,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _repetitions_for(size: int, args: argparse.Namespace) -> int:
-    """Repetitions at ``size`` bytes: as given, else fewer for big messages."""
+def _repetitions(args: argparse.Namespace) -> int:
+    """Timed repetitions per size: as given, else the default of the mode."""
     if args.repetitions is not None:
         return args.repetitions
-    if args.quick:
-        return QUICK_REPETITIONS
-    return DEFAULT_REPETITIONS if size < BIG_MESSAGE else max(3, DEFAULT_REPETITIONS // 3)
+    return QUICK_REPETITIONS if args.quick else DEFAULT_REPETITIONS
 
 
 # -- setup ----------------------------------------------------------------------------------
@@ -473,7 +469,7 @@ def _run_case(b: Backends, operation: str, size: int, args: argparse.Namespace) 
     n = size // ITEMSIZE
     impls, expected = BUILDERS[operation](b, n)
     verified = {name: _verify(impls[name], expected, b.ctrl) for name in ("hpcdist", "mpi4py")}
-    repetitions = _repetitions_for(size, args)
+    repetitions = _repetitions(args)
     k, times = _measure(impls, repetitions, args.batch_ms / 1e3, b.ctrl)
     times_us = {name: [t * 1e6 for t in values] for name, values in times.items()}
     medians = {name: float(np.median(values)) for name, values in times_us.items()}

@@ -27,7 +27,7 @@ from ..comm.context import resolve
 from ..comm.movement import broadcast
 from ..comm.objects import allgather_object, broadcast_object
 from ..comm.requests import ProgressPoller, iallreduce
-from ..nn.module import Module
+from ..nn.module import Module, array_module
 from .buckets import assign_buckets
 
 __all__ = ["DistributedDataParallel", "DDP"]
@@ -125,12 +125,33 @@ class DistributedDataParallel(Module):
         self._sync_buffers()
 
     def _sync_buffers(self):
+        """Rank 0's buffers on every rank, coalesced: one broadcast per kind of
+        array (array type and dtype; 0-d arrays included), filled back in place,
+        and one object broadcast for buffers that are not arrays."""
+        groups, others = {}, []
         for module in self.module.modules():
             for name, value in module._buffers.items():
-                if hasattr(value, "shape") and getattr(value, "ndim", 0) > 0:
-                    broadcast(value, root=0, ctx=self.ctx, shape_known=True)
-                else:
-                    module._buffers[name] = broadcast_object(value, root=0, ctx=self.ctx)
+                if hasattr(value, "shape") and hasattr(value, "dtype"):
+                    groups.setdefault((type(value), np.dtype(value.dtype)), []).append(value)
+                elif value is not None:
+                    others.append((module, name))
+        is_root = self.ctx.rank == 0
+        for (_, dtype), arrays in groups.items():
+            xp = array_module(arrays[0])
+            if is_root:
+                flat = xp.concatenate([a.reshape(-1) for a in arrays])
+            else:
+                flat = xp.empty(sum(a.size for a in arrays), dtype=dtype)
+            broadcast(flat, root=0, ctx=self.ctx, shape_known=True)
+            if not is_root:
+                offset = 0
+                for a in arrays:
+                    a[...] = flat[offset:offset + a.size].reshape(a.shape)
+                    offset += a.size
+        if others:
+            values = broadcast_object([m._buffers[n] for m, n in others], root=0, ctx=self.ctx)
+            for (module, name), value in zip(others, values):
+                module._buffers[name] = value
 
     # -- computation ---------------------------------------------------------------------
     def forward(self, *args, **kwargs):
@@ -233,8 +254,13 @@ def _fresh_copy(compressor):
 
 
 def _verify_layout(ctx, named, module):
-    """Raise on every rank unless all ranks have the same parameters, in order."""
+    """Raise on every rank unless all ranks have the same parameters and
+    buffers (names, shapes, dtypes), in order."""
     layout = [(name, tuple(p.shape), np.dtype(p.dtype).str) for name, p in named]
+    layout += [(f"buffer {name}", tuple(b.shape), np.dtype(b.dtype).str)
+               if hasattr(b, "shape") and hasattr(b, "dtype")
+               else (f"buffer {name}", None, type(b).__name__)
+               for name, b in module.named_buffers()]
     if ctx.size == 1:
         return
     layouts = allgather_object(layout, ctx=ctx)
@@ -248,13 +274,16 @@ def _verify_layout(ctx, named, module):
             if mine != root:
                 break
         raise ValueError(
-            f"DistributedDataParallel: the model differs between ranks at parameter "
-            f"#{position}: rank 0 has {_describe(root)}, rank {rank} has {_describe(mine)}; "
-            "every rank must build the same model (same layers, shapes and dtypes)")
+            f"DistributedDataParallel: the model differs between ranks at parameter or "
+            f"buffer #{position}: rank 0 has {_describe(root)}, rank {rank} has "
+            f"{_describe(mine)}; every rank must build the same model (same layers, shapes "
+            "and dtypes)")
 
 
 def _describe(entry):
     if entry is None:
-        return "no parameter"
+        return "nothing"
     name, shape, dtype = entry
+    if shape is None:  # a buffer that is not an array
+        return f"{name!r} of type {dtype}"
     return f"{name!r} of shape {shape} and dtype {np.dtype(dtype).name}"

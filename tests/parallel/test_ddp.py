@@ -7,7 +7,8 @@ import pytest
 import hpcdist
 from hpcdist import nn
 from hpcdist.nn.optim import SGD
-from tests.helpers import all_ranks, assert_on_all_ranks, check_array, expect_error, mpi_twin
+from tests.helpers import (all_ranks, assert_on_all_ranks, check_array, expect_error, mpi_twin,
+                           same_on_all_ranks)
 
 GLOBAL_BATCH = 12          # divisible by 1, 2, 3 and 4 ranks
 N_FEATURES, N_HIDDEN, N_CLASSES = 5, 7, 3
@@ -224,6 +225,44 @@ def test_buffers_follow_rank_0_when_asked(ctx, broadcast_buffers):
     expected = 5.0 if broadcast_buffers else ctx.rank + 5.0
     with all_ranks("after forward"):
         assert model.running.tolist() == [expected] * 3
+
+
+@pytest.mark.mpi(min_size=2)
+def test_buffers_are_synced_coalesced_one_broadcast_per_dtype(ctx):
+    """Two BatchNorm layers: 4 float32 arrays, 2 int64 0-d counters and one
+    Python number: two array broadcasts and one object broadcast per forward."""
+    model = nn.Sequential(nn.Linear(3, 4, random_state=0), nn.BatchNorm1d(4),
+                          nn.Linear(4, 2, random_state=0), nn.BatchNorm1d(2))
+    model.register_buffer("step", 0)
+    ddp = hpcdist.DDP(model, ctx=ctx)
+    norm_a, norm_b = model[1], model[3]
+    for norm in (norm_a, norm_b):        # every rank drifts its own way
+        norm.running_mean[...] = ctx.rank + 1
+        norm.running_var[...] = ctx.rank + 2
+        norm.num_batches_tracked[...] = ctx.rank + 3
+    model._buffers["step"] = ctx.rank + 4
+    ctx.reset_stats()
+    ddp(np.ones((2, 3), np.float32))
+    stats = ctx.stats()
+    with all_ranks("after forward"):
+        # BatchNorm then updates its statistics from this batch; the counters show
+        # that it started from rank 0's (3 + 1), not from this rank's
+        assert int(norm_a.num_batches_tracked) == 4 and int(norm_b.num_batches_tracked) == 4
+        assert model._buffers["step"] == 4
+        assert stats["broadcast"]["calls"] == 2, stats          # float32, int64
+        assert stats["broadcast_object"]["calls"] == 1, stats   # the Python number
+    # same input and weights everywhere: equal statistics iff they started equal
+    for norm in (norm_a, norm_b):
+        assert same_on_all_ranks(norm.running_mean.tolist() + norm.running_var.tolist())
+
+
+@pytest.mark.mpi(min_size=2)
+def test_buffer_layout_mismatch_names_the_buffer(ctx):
+    model = _WithBuffer(0)
+    if ctx.rank == 1:
+        model.register_buffer("running", np.zeros(4))
+    expect_error(ValueError, hpcdist.DDP, model, ctx=ctx,
+                 match=[r"buffer running", r"shape \(3,\)", r"shape \(4,\)", r"same model"])
 
 
 def test_compression_per_bucket(ctx):

@@ -73,12 +73,13 @@ def _sumsq(x, nblocks):
 def _qsgd_levels(x, lo, scale, levels, key, q):
     # _uniform24(key, lo + i) with its 64-bit parts hoisted: a block never
     # straddles a multiple of 2**32 (_BLOCK divides it), so the high word of
-    # the index is constant here and the loop runs on 32-bit lanes only
+    # the index is constant here and the loop runs on 32-bit lanes only; the
+    # first multiply, (lo + i) * GOLDEN32 mod 2**32, becomes an add per element
     mixed = np.uint32(key ^ np.uint32(np.uint32(lo >> 32) * _M2))
-    base = np.uint32(lo & 0xFFFFFFFF)
+    spread = np.uint32(np.uint32(lo & 0xFFFFFFFF) * GOLDEN32)
     for i in range(x.size):                 # branchless so that it vectorises
-        h = np.uint32(np.uint32(base + np.uint32(i)) * GOLDEN32)
-        h = np.uint32(h + mixed)
+        h = np.uint32(spread + mixed)
+        spread = np.uint32(spread + GOLDEN32)
         h = np.uint32(h ^ (h >> _S16))
         h = np.uint32(h * _M1)
         h = np.uint32(h ^ (h >> _S15))
@@ -99,8 +100,9 @@ def _narrow(levels, q):
 
 
 #: elements per int32 scratch block (in L1): the hashing loop vectorises into
-#: the scratch, a second loop narrows it to int8/int16
-_SCRATCH = 4096
+#: the scratch, a second loop narrows it to int8/int16 (2048 measured best of
+#: 256-4096 here: 22-25 ms against 25-30 for 16M float32 at one thread)
+_SCRATCH = 2048
 
 
 @njit(**JIT)

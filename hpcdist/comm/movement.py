@@ -406,14 +406,18 @@ def _allgather_plain(x, counts, ctx):
     predefined MPI type along axis 0, with ``counts`` None or all equal."""
     ctx._inflight_name = "allgather"  # ctx._begin, inlined on this hot path
     ctx._inflight_since = start = _perf_counter()
+    shape = x.shape
     if counts is None:
         counts = _exchange_rows(ctx, x, "allgather", 0, start)
-    shape = x.shape
-    result = np.empty((sum(counts),) + shape[1:], dtype=x.dtype)
-    datatype = _DIRECT_TYPES[x.dtype]
+        equal, total = counts.count(counts[0]) == len(counts), sum(counts)
+    else:  # the caller checked that every count is this rank's
+        equal, total = True, shape[0] * ctx.size
+    dtype = x.dtype  # (positional dtype and a plain row count: cheaper calls for 1-D x)
+    result = np.empty(total if len(shape) == 1 else (total,) + shape[1:], dtype)
+    datatype = _DIRECT_TYPES[dtype]
     if ctx.size == 1:
         result[...] = x
-    elif counts.count(counts[0]) == len(counts):
+    elif equal:
         ctx.comm.Allgather((x, datatype), (result, datatype))
     else:
         ctx.comm.Allgatherv((x, datatype), _vector_spec(result, counts, math.prod(shape[1:])))

@@ -119,12 +119,20 @@ def _sixteen_bit_op(op, dtype):
     key = (op, dtype)
     mpi_operation = _USER_OPS.get(key)
     if mpi_operation is None:
-        ufunc = _NUMPY_UFUNCS[op]
+        if op in ("sum", "mean"):  # the common case: a compiled kernel, same bits as NumPy's
+            from ..kernels.casts import half_sum_into
+            kind = "float16" if dtype == np.float16 else "bfloat16"
 
-        def combine(inbuf, inoutbuf, datatype):
-            incoming = np.frombuffer(inbuf, dtype=dtype)
-            accumulated = np.frombuffer(inoutbuf, dtype=dtype)
-            ufunc(incoming, accumulated, out=accumulated)
+            def combine(inbuf, inoutbuf, datatype):
+                half_sum_into(np.frombuffer(inbuf, dtype=np.uint16),
+                              np.frombuffer(inoutbuf, dtype=np.uint16), kind)
+        else:
+            ufunc = _NUMPY_UFUNCS[op]
+
+            def combine(inbuf, inoutbuf, datatype):
+                incoming = np.frombuffer(inbuf, dtype=dtype)
+                accumulated = np.frombuffer(inoutbuf, dtype=dtype)
+                ufunc(incoming, accumulated, out=accumulated)
 
         mpi_operation = MPI.Op.Create(combine, commute=True)
         _USER_OPS[key] = mpi_operation

@@ -129,6 +129,15 @@ class Compressor:
         """A dense array of the original shape and dtype from ``payload``."""
         raise NotImplementedError
 
+    def sent_indices(self, payload, meta):
+        """Flat indices whose values ``payload`` carries exactly (copies of the
+        input's), zeros elsewhere; None when the payload is not such a subset.
+
+        Sparsifiers return their indices, which lets error feedback update
+        its residual by zeroing them instead of decompressing a dense array.
+        """
+        return None
+
 
 def kernel_input(flat):
     """``flat`` in the dtype the kernels compute in (float32 or float64)."""

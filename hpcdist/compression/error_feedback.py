@@ -54,16 +54,28 @@ class ErrorFeedback(Compressor):
             self._residuals.pop(name, None)
 
     def compress(self, x, name):
-        """Compress ``x + residual`` and update the residual; ``(payload, meta)``."""
+        """Compress ``x + residual`` and update the residual; ``(payload, meta)``.
+
+        For sparsifiers (:meth:`~Compressor.sent_indices`) of float32/float64
+        input the sum is formed in the residual's own buffer and the sent
+        entries are zeroed afterwards: no copy of ``x`` and no dense
+        decompression.
+        """
         flat, meta = self._prepare(x, name)
         dtype = kernel_dtype(flat.dtype)
         residual = self._residuals.get(name)
         if residual is None:
             residual = self._residuals[name] = np.zeros(flat.size, dtype=dtype)
-        corrected = flat.astype(dtype)  # always a copy
-        kernels.scale_add(corrected, residual, 1.0)
+        # (a half-precision x is sent rounded: its residual keeps the rounding)
+        sparse = (type(self.compressor).sent_indices is not Compressor.sent_indices
+                  and flat.dtype == dtype)
+        corrected = residual if sparse else flat.astype(dtype)  # else: always a copy
+        kernels.scale_add(corrected, flat if sparse else residual, 1.0)
         payload, inner_meta = self.compressor.compress(corrected.reshape(meta["shape"]), name)
         inner_meta["dtype"] = meta["dtype"]  # decompress to the caller's dtype
+        if sparse:  # e = c - decompress(payload): c with the sent entries set to zero
+            residual[self.compressor.sent_indices(payload, inner_meta)] = 0
+            return payload, inner_meta
         decompressed = np.ascontiguousarray(
             self.compressor.decompress(payload, inner_meta), dtype=dtype).reshape(-1)
         kernels.error_feedback_update(residual, corrected, decompressed)

@@ -73,6 +73,10 @@ class TopKCompressor(Compressor):
         indices, values = payload
         return _scatter(indices, values, meta)
 
+    def sent_indices(self, payload, meta):
+        """The kept indices (the payload's values are copies of the input's)."""
+        return payload[0]
+
     def decompress_add(self, out, payload, meta):
         """Add the decompressed payload into ``out`` (flat, float32/float64) in place."""
         indices, values = payload
@@ -123,3 +127,7 @@ class RandomKCompressor(Compressor):
     def decompress(self, payload, meta):
         """Dense array with the values at ``meta["indices"]`` and zeros elsewhere."""
         return _scatter(meta["indices"], payload[0], meta)
+
+    def sent_indices(self, payload, meta):
+        """The drawn indices (the payload's values are copies of the input's)."""
+        return meta["indices"]

@@ -152,6 +152,24 @@ def test_powersgd_exact_for_low_rank_input():
     np.testing.assert_allclose(c.decompress(*c.compress(u @ v, "r")), u @ v, rtol=1e-9)
 
 
+@pytest.mark.parametrize("make", [lambda: TopKCompressor(0.1), lambda: RandomKCompressor(0.25, 3),
+                                  lambda: SignCompressor(8), lambda: FP16Compressor()],
+                         ids=["topk", "randomk", "sign", "fp16"])
+@pytest.mark.parametrize("dtype", FLOATS + [np.float16])
+def test_error_feedback_keeps_exactly_what_was_not_sent(make, dtype):
+    """Sparse (residual zeroed where sent) and dense (residual = c - sent) paths."""
+    c = ErrorFeedback(make())
+    work = np.float64 if dtype == np.float64 else np.float32
+    residual = np.zeros(40, work)
+    for seed in range(3):
+        x = rank_input(0, (5, 8), dtype, seed=seed)
+        corrected = x.reshape(-1).astype(work) + residual
+        payload, meta = c.compress(x, "g")
+        sent = np.asarray(c.decompress(payload, meta)).reshape(-1).astype(work)
+        residual = corrected - sent
+        np.testing.assert_array_equal(c.residual("g"), residual)
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_error_feedback_residual_math(dtype):
     c = ErrorFeedback(TopKCompressor(0.1))

@@ -55,46 +55,38 @@ def _f16_bits(bits):
 
 
 @njit(**JIT)
-def _bf16_value(h):
+def _bf16_value(h, table):
+    """float32 value of the bfloat16 bits ``h`` (``table`` unused: same signature
+    as :func:`_f16_value`)."""
     return _U32(_U32(h) << _U32(16)).view(np.float32)
 
 
+@njit(**JIT)
+def _f16_value(h, table):
+    """float32 value of the float16 bits ``h``: ``table`` has all 65536 of them."""
+    return table[h]
+
+
+# One kernel per job; the 16-bit format comes in as the functions bits_of
+# (float32 bits -> 16-bit bits) and value_of (16-bit bits -> float32), which
+# Numba compiles into each specialisation.
 @njit(**JIT_PARALLEL)
-def _f32_to_bf16(u, out):
+def _narrow_kernel(u, out, bits_of):
     for i in prange(u.size):
-        out[i] = _bf16_bits(u[i])
+        out[i] = bits_of(u[i])
 
 
 @njit(**JIT_PARALLEL)
-def _f32_to_f16(u, out):
-    for i in prange(u.size):
-        out[i] = _f16_bits(u[i])
-
-
-@njit(**JIT_PARALLEL)
-def _f16_to_f32(h, table, out):
+def _widen_kernel(h, table, out, value_of):
     for i in prange(h.size):
-        out[i] = table[h[i]]
+        out[i] = value_of(h[i], table)
 
 
 @njit(**JIT_PARALLEL)
-def _bf16_to_f32(h, out):
-    for i in prange(h.size):
-        out[i] = _bf16_value(h[i])
-
-
-@njit(**JIT_PARALLEL)
-def _f16_sum_into(incoming, accumulated, table):
+def _sum_kernel(incoming, accumulated, table, value_of, bits_of):
     for i in prange(accumulated.size):
-        total = np.float32(table[incoming[i]] + table[accumulated[i]])
-        accumulated[i] = _f16_bits(total.view(np.uint32))
-
-
-@njit(**JIT_PARALLEL)
-def _bf16_sum_into(incoming, accumulated):
-    for i in prange(accumulated.size):
-        total = np.float32(_bf16_value(incoming[i]) + _bf16_value(accumulated[i]))
-        accumulated[i] = _bf16_bits(total.view(np.uint32))
+        total = np.float32(value_of(incoming[i], table) + value_of(accumulated[i], table))
+        accumulated[i] = bits_of(total.view(np.uint32))
 
 
 _F16_TABLE = []  # float32 value of every float16 bit pattern, built on first use
@@ -139,21 +131,23 @@ def to_half(x, kind="float16"):
         return flat.astype(_KINDS[kind])
 
 
+def _format(kind):
+    """``(bits_of, value_of, table)`` of a 16-bit format for the kernels."""
+    if kind == "bfloat16":
+        return _bf16_bits, _bf16_value, _f16_table()[:1]
+    return _f16_bits, _f16_value, _f16_table()
+
+
 def _narrow_into(x, kind, out):
     """float32 ``x`` rounded into ``out``, the uint16 bit patterns of ``kind``."""
-    if kind == "bfloat16":
-        _f32_to_bf16(x.view(np.uint32), out)
-    else:
-        _f32_to_f16(x.view(np.uint32), out)
+    _narrow_kernel(x.view(np.uint32), out, _format(kind)[0])
 
 
 def _widen(bits, kind):
     """float32 values of ``bits``, the uint16 bit patterns of ``kind`` (exact)."""
+    _, value_of, table = _format(kind)
     out = np.empty(bits.size, np.float32)
-    if kind == "bfloat16":
-        _bf16_to_f32(bits, out)
-    else:
-        _f16_to_f32(bits, _f16_table(), out)
+    _widen_kernel(bits, table, out, value_of)
     return out
 
 
@@ -170,10 +164,8 @@ def half_sum_into(incoming, accumulated, kind):
         Bit patterns; ``accumulated`` is overwritten with the sums.
     kind : {"float16", "bfloat16"}
     """
-    if kind == "bfloat16":
-        _bf16_sum_into(incoming, accumulated)
-    else:
-        _f16_sum_into(incoming, accumulated, _f16_table())
+    bits_of, value_of, table = _format(kind)
+    _sum_kernel(incoming, accumulated, table, value_of, bits_of)
 
 
 def from_half(h, dtype=np.float32):

@@ -120,7 +120,7 @@ def _sixteen_bit_op(op, dtype):
     mpi_operation = _USER_OPS.get(key)
     if mpi_operation is None:
         if op in ("sum", "mean"):  # the common case: a compiled kernel, same bits as NumPy's
-            from ..kernels.casts import half_sum_into
+            from .halves import half_sum_into
             kind = "float16" if dtype == np.float16 else "bfloat16"
 
             def combine(inbuf, inoutbuf, datatype):

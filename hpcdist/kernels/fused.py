@@ -2,7 +2,7 @@
 import numpy as np
 
 from ._arrays import flat_float, flat_out, is_cupy
-from ._numba import JIT, JIT_PARALLEL, njit, prange
+from .._numba import JIT, JIT_PARALLEL, njit, prange
 
 __all__ = ["scatter_add", "scale_add", "error_feedback_update"]
 

@@ -37,7 +37,7 @@ candidate_potentials(X, candidates, closest, out, *, n_blocks) -> potentials
 import numpy as np
 
 from ._arrays import is_cupy
-from ._numba import JIT, JIT_PARALLEL, njit, num_threads, prange
+from .._numba import JIT, JIT_PARALLEL, njit, num_threads, prange
 
 __all__ = ["chunk_rows_for", "default_blocks", "column_moments", "lloyd_step", "assign",
            "labelled_inertia", "candidate_potentials"]

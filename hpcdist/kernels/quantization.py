@@ -3,7 +3,7 @@ import numpy as np
 
 from ._arrays import (check_dtype, check_int, check_scales, flat_float, flat_payload, is_cupy,
                       n_chunks)
-from ._numba import JIT, JIT_PARALLEL, njit, num_threads, prange
+from .._numba import JIT, JIT_PARALLEL, njit, num_threads, prange
 
 __all__ = ["qsgd_quantize", "qsgd_dequantize", "int8_quantize", "int8_dequantize"]
 

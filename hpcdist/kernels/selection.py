@@ -7,7 +7,7 @@ non-NaN values; NaN compares larger than infinity (as in ``np.argpartition``).
 import numpy as np
 
 from ._arrays import check_int, flat_float, is_cupy
-from ._numba import JIT, JIT_PARALLEL, njit, num_threads, prange
+from .._numba import JIT, JIT_PARALLEL, njit, num_threads, prange
 
 __all__ = ["topk", "topk_threshold", "randomk_indices"]
 

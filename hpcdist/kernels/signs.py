@@ -3,7 +3,7 @@ import numpy as np
 
 from ._arrays import (check_dtype, check_int, check_scales, flat_float, flat_payload, is_cupy,
                       n_chunks)
-from ._numba import JIT, JIT_PARALLEL, njit, prange
+from .._numba import JIT, JIT_PARALLEL, njit, prange
 
 __all__ = ["sign_pack", "sign_unpack"]
 

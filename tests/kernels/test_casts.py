@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from hpcdist.kernels import from_half, to_half
-from hpcdist.kernels.casts import half_sum_into
+from hpcdist.comm.halves import half_sum_into
 
 DTYPES = [np.float32, np.float64]
 SPECIALS = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 3.3895314e38, 1e-40, 65504.0,

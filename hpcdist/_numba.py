@@ -1,8 +1,10 @@
-"""Numba compilation flags for every kernel in :mod:`hpcdist.kernels` (one place).
+"""Numba compilation flags for every kernel of hpcdist (one place: hpcdist.kernels and
+the 16-bit float kernels of hpcdist.comm.halves).
 
 ``fastmath`` deliberately leaves out ``nnan`` and ``ninf`` so that NaN and
 infinity propagate through the kernels instead of being optimised away.
-``cache=True`` is only used on leaf kernels that take no function arguments.
+Kernels that take compiled functions as arguments are cached once per
+function they are given.
 """
 import os
 

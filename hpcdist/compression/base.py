@@ -129,14 +129,12 @@ class Compressor:
         """A dense array of the original shape and dtype from ``payload``."""
         raise NotImplementedError
 
-    def sent_indices(self, payload, meta):
-        """Flat indices whose values ``payload`` carries exactly (copies of the
-        input's), zeros elsewhere; None when the payload is not such a subset.
-
-        Sparsifiers return their indices, which lets error feedback update
-        its residual by zeroing them instead of decompressing a dense array.
-        """
-        return None
+    def subtract_sent(self, residual, payload, meta):
+        """``residual -= decompress(payload)`` in place (flat, kernel dtype),
+        without a dense decompressed array. Optional: compressors that have it
+        let :class:`~hpcdist.compression.ErrorFeedback` skip a copy and a
+        decompression per call."""
+        raise NotImplementedError
 
 
 def kernel_input(flat):

@@ -56,25 +56,27 @@ class ErrorFeedback(Compressor):
     def compress(self, x, name):
         """Compress ``x + residual`` and update the residual; ``(payload, meta)``.
 
-        For sparsifiers (:meth:`~Compressor.sent_indices`) of float32/float64
-        input the sum is formed in the residual's own buffer and the sent
-        entries are zeroed afterwards: no copy of ``x`` and no dense
-        decompression.
+        When the wrapped compressor has :meth:`~Compressor.subtract_sent`
+        (top-k, random-k, sign) and ``x`` is float32/float64, the sum is formed
+        in the residual's own buffer and what was sent is subtracted from it
+        in place: no copy of ``x`` and no dense decompression. Otherwise the
+        sum is a copy and the residual is updated from the decompressed
+        payload (a half-precision ``x`` is sent rounded, and the residual
+        keeps the rounding).
         """
         flat, meta = self._prepare(x, name)
         dtype = kernel_dtype(flat.dtype)
         residual = self._residuals.get(name)
         if residual is None:
             residual = self._residuals[name] = np.zeros(flat.size, dtype=dtype)
-        # (a half-precision x is sent rounded: its residual keeps the rounding)
-        sparse = (type(self.compressor).sent_indices is not Compressor.sent_indices
-                  and flat.dtype == dtype)
-        corrected = residual if sparse else flat.astype(dtype)  # else: always a copy
-        kernels.scale_add(corrected, flat if sparse else residual, 1.0)
+        in_place = (type(self.compressor).subtract_sent is not Compressor.subtract_sent
+                    and flat.dtype == dtype)
+        corrected = residual if in_place else flat.astype(dtype)  # else: always a copy
+        kernels.scale_add(corrected, flat if in_place else residual, 1.0)
         payload, inner_meta = self.compressor.compress(corrected.reshape(meta["shape"]), name)
         inner_meta["dtype"] = meta["dtype"]  # decompress to the caller's dtype
-        if sparse:  # e = c - decompress(payload): c with the sent entries set to zero
-            residual[self.compressor.sent_indices(payload, inner_meta)] = 0
+        if in_place:  # e = c - decompress(payload), c being the residual buffer
+            self.compressor.subtract_sent(residual, payload, inner_meta)
             return payload, inner_meta
         decompressed = np.ascontiguousarray(
             self.compressor.decompress(payload, inner_meta), dtype=dtype).reshape(-1)

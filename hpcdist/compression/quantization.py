@@ -102,6 +102,11 @@ class SignCompressor(Compressor):
         meta.update(n=work.size, chunk_size=self.chunk_size)
         return (packed, scales), meta
 
+    def subtract_sent(self, residual, payload, meta):
+        """``residual -= decompress(payload)`` in one pass."""
+        packed, scales = payload
+        kernels.sign_subtract(residual, packed, scales, meta["chunk_size"])
+
     def decompress(self, payload, meta):
         """``sign * scale`` per element, in the original shape and dtype."""
         packed, scales = payload

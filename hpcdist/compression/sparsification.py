@@ -73,9 +73,10 @@ class TopKCompressor(Compressor):
         indices, values = payload
         return _scatter(indices, values, meta)
 
-    def sent_indices(self, payload, meta):
-        """The kept indices (the payload's values are copies of the input's)."""
-        return payload[0]
+    def subtract_sent(self, residual, payload, meta):
+        """``residual -= decompress(payload)``: only the kept entries change."""
+        indices, values = payload
+        residual[indices] -= values
 
     def decompress_add(self, out, payload, meta):
         """Add the decompressed payload into ``out`` (flat, float32/float64) in place."""
@@ -128,6 +129,6 @@ class RandomKCompressor(Compressor):
         """Dense array with the values at ``meta["indices"]`` and zeros elsewhere."""
         return _scatter(meta["indices"], payload[0], meta)
 
-    def sent_indices(self, payload, meta):
-        """The drawn indices (the payload's values are copies of the input's)."""
-        return meta["indices"]
+    def subtract_sent(self, residual, payload, meta):
+        """``residual -= decompress(payload)``: only the drawn entries change."""
+        residual[meta["indices"]] -= payload[0]

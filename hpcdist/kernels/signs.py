@@ -5,7 +5,7 @@ from ._arrays import (check_dtype, check_int, check_scales, flat_float, flat_pay
                       n_chunks)
 from .._numba import JIT, JIT_PARALLEL, njit, prange
 
-__all__ = ["sign_pack", "sign_unpack"]
+__all__ = ["sign_pack", "sign_unpack", "sign_subtract"]
 
 _BYTES_PER_BLOCK = 1 << 13
 
@@ -47,21 +47,25 @@ def _sign_pack_kernel(x, chunk_size, packed, scales):
 
 
 @njit(**JIT)
-def _unpack_range(packed, lo, scale, out):
+def _unpack_range(packed, lo, scale, out, subtract):
     s = out.dtype.type(scale)
     base = np.uint64(lo)
     for i in range(out.size):
         k = base + np.uint64(i)          # unsigned: no negative-index wraparound
         bit = (packed[k >> np.uint64(3)] >> (k & np.uint64(7))) & np.uint64(1)
-        out[i] = s * (np.float32(2 * np.int64(bit)) - np.float32(1))   # branchless
+        value = s * (np.float32(2 * np.int64(bit)) - np.float32(1))   # branchless
+        if subtract:
+            out[i] -= value
+        else:
+            out[i] = value
 
 
 @njit(**JIT_PARALLEL)
-def _sign_unpack_kernel(packed, scales, chunk_size, out):
+def _sign_unpack_kernel(packed, scales, chunk_size, out, subtract):
     n = out.size
     for c in prange(scales.size):
         lo = c * chunk_size
-        _unpack_range(packed, lo, scales[c], out[lo:min(n, lo + chunk_size)])
+        _unpack_range(packed, lo, scales[c], out[lo:min(n, lo + chunk_size)], subtract)
 
 
 def sign_pack(x, chunk_size):
@@ -97,6 +101,16 @@ def sign_pack(x, chunk_size):
     return packed, scales
 
 
+def _checked_payload(packed, scales, n, chunk_size):
+    """``(packed, chunk_size)`` validated for ``n`` elements (clear errors otherwise)."""
+    chunk_size = check_int(chunk_size, "chunk_size", 1)
+    packed = flat_payload(packed, np.uint8, "packed", "sign_pack")
+    if packed.size != n_chunks(n, 8):
+        raise ValueError(f"packed has {packed.size} bytes; n={n} needs {n_chunks(n, 8)}")
+    check_scales(scales, n, chunk_size)
+    return packed, chunk_size
+
+
 def sign_unpack(packed, scales, n, chunk_size, dtype=np.float32):
     """Inverse of :func:`sign_pack`: ``+scale`` where the bit is set, ``-scale`` elsewhere.
 
@@ -114,17 +128,35 @@ def sign_unpack(packed, scales, n, chunk_size, dtype=np.float32):
     x : ndarray of shape (n,) of dtype
     """
     n = check_int(n, "n", 0)
-    chunk_size = check_int(chunk_size, "chunk_size", 1)
     dtype = check_dtype(dtype)
-    packed = flat_payload(packed, np.uint8, "packed", "sign_pack")
-    if packed.size != n_chunks(n, 8):
-        raise ValueError(f"packed has {packed.size} bytes; n={n} needs {n_chunks(n, 8)}")
-    check_scales(scales, n, chunk_size)
+    packed, chunk_size = _checked_payload(packed, scales, n, chunk_size)
     if is_cupy(packed):
         from ._cupy import sign_unpack as cupy_sign_unpack
         return cupy_sign_unpack(packed, scales, n, chunk_size, dtype)
     out = np.empty(n, dtype)
     if n:
         _sign_unpack_kernel(np.ascontiguousarray(packed),
-                            np.ascontiguousarray(scales, np.float32), chunk_size, out)
+                            np.ascontiguousarray(scales, np.float32), chunk_size, out, False)
+    return out
+
+
+def sign_subtract(out, packed, scales, chunk_size):
+    """``out -= sign_unpack(packed, scales, out.size, chunk_size)`` in place, in
+    one pass and without the unpacked array (error feedback's residual update).
+
+    Parameters
+    ----------
+    out : ndarray of shape (n,) of float32 or float64, C-contiguous, writable
+    packed : ndarray of shape (ceil(n / 8),) of uint8
+    scales : ndarray of shape (ceil(n / chunk_size),) of float32
+    chunk_size : int
+
+    Returns
+    -------
+    out : the same array, updated.
+    """
+    packed, chunk_size = _checked_payload(packed, scales, out.size, chunk_size)
+    if out.size:
+        _sign_unpack_kernel(np.ascontiguousarray(packed),
+                            np.ascontiguousarray(scales, np.float32), chunk_size, out, True)
     return out

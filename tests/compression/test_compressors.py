@@ -157,7 +157,7 @@ def test_powersgd_exact_for_low_rank_input():
                          ids=["topk", "randomk", "sign", "fp16"])
 @pytest.mark.parametrize("dtype", FLOATS + [np.float16])
 def test_error_feedback_keeps_exactly_what_was_not_sent(make, dtype):
-    """Sparse (residual zeroed where sent) and dense (residual = c - sent) paths."""
+    """In place (subtract_sent: top-k, random-k, sign) and dense (fp16, any half input)."""
     c = ErrorFeedback(make())
     work = np.float64 if dtype == np.float64 else np.float32
     residual = np.zeros(40, work)

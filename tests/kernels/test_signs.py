@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from hpcdist.kernels import sign_pack, sign_unpack
+from hpcdist.kernels import sign_pack, sign_subtract, sign_unpack
 
 DTYPES = [np.float32, np.float64]
 
@@ -38,6 +38,17 @@ def test_round_trip(n, dtype, chunk_size):
     np.testing.assert_array_equal(np.abs(d), np.repeat(scales, chunk_size)[:n].astype(dtype))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n,chunk_size", [(0, 4), (1, 1), (1001, 3), (100_003, 1000)])
+def test_sign_subtract_is_minus_the_unpacked_signs(n, chunk_size, dtype):
+    rng = np.random.default_rng(n)
+    packed, scales = sign_pack(rng.standard_normal(n).astype(dtype), chunk_size)
+    out = rng.standard_normal(n).astype(dtype)
+    expected = out - sign_unpack(packed, scales, n, chunk_size, dtype)
+    assert sign_subtract(out, packed, scales, chunk_size) is out
+    np.testing.assert_array_equal(out, expected)
+
+
 def test_sign_of_zero_and_shape():
     x = np.array([[0.0, -0.0, -1.0, 2.0]], np.float32)
     packed, scales = sign_pack(x, 4)
@@ -61,6 +72,8 @@ def test_ten_million():
      r"scales has 2 entries"),
     (lambda: sign_unpack(np.zeros(1, np.int8), np.ones(1, np.float32), 8, 8), TypeError,
      r"uint8"),
+    (lambda: sign_subtract(np.zeros(9), np.zeros(1, np.uint8), np.ones(1, np.float32), 9),
+     ValueError, r"n=9 needs 2"),
 ])
 def test_bad_input(call, exc, match):
     with pytest.raises(exc, match=match):

@@ -10,6 +10,7 @@ It never imports MPI, so it starts in a fraction of a second.
 """
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -18,6 +19,14 @@ import time
 
 EXIT_RESUME = 75
 STEP_SECONDS = 0.05
+
+
+def _say(rank, text):
+    """One line in one write: the ranks share the launcher's output stream, and
+    print() makes two writes (text, newline) when Python runs unbuffered
+    (PYTHONUNBUFFERED), so another rank's line could land between them."""
+    sys.stdout.write(f"[fake rank {rank}] {text}\n")
+    sys.stdout.flush()
 
 
 def _wait_for_every_checkpoint(directory, timeout=30.0):
@@ -45,9 +54,10 @@ def main():
 
     for signum in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(signum, stop)
-    print(f"[fake rank {rank}] args {json.dumps(sys.argv[1:])}", flush=True)
+    say = functools.partial(_say, rank)
+    say(f"args {json.dumps(sys.argv[1:])}")
     for name in filter(None, args.print_env.split(",")):
-        print(f"[fake rank {rank}] {name}={os.environ.get(name, '<unset>')}", flush=True)
+        say(f"{name}={os.environ.get(name, '<unset>')}")
     if args.checkpoint_dir:
         os.makedirs(args.checkpoint_dir, exist_ok=True)
     if os.environ.get("FAKE_READY_DIR"):
@@ -65,8 +75,7 @@ def main():
                 path = os.path.join(args.checkpoint_dir, f"checkpoint-{rank}")
                 with open(path + ".tmp", "w") as f:
                     f.write(received[0])
-            print(f"[fake rank {rank}] got {received[0]}: checkpoint written, exit 75",
-                  flush=True)
+            say(f"got {received[0]}: checkpoint written, exit 75")
             if args.checkpoint_dir:  # the file appears only after the message is out
                 os.replace(path + ".tmp", path)
                 _wait_for_every_checkpoint(args.checkpoint_dir)
@@ -75,7 +84,7 @@ def main():
     if args.output and rank == "0":
         with open(args.output, "w") as f:
             json.dump({"args": sys.argv[1:]}, f)
-    print(f"[fake rank {rank}] done, exit {args.exit}", flush=True)
+    say(f"done, exit {args.exit}")
     return args.exit
 
 

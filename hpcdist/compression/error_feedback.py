@@ -69,8 +69,9 @@ class ErrorFeedback(Compressor):
         residual = self._residuals.get(name)
         if residual is None:
             residual = self._residuals[name] = np.zeros(flat.size, dtype=dtype)
-        in_place = (type(self.compressor).subtract_sent is not Compressor.subtract_sent
-                    and flat.dtype == dtype)
+        # (any object with compress/decompress may be wrapped: it need not have one)
+        subtract_sent = getattr(type(self.compressor), "subtract_sent", Compressor.subtract_sent)
+        in_place = subtract_sent is not Compressor.subtract_sent and flat.dtype == dtype
         corrected = residual if in_place else flat.astype(dtype)  # else: always a copy
         kernels.scale_add(corrected, flat if in_place else residual, 1.0)
         payload, inner_meta = self.compressor.compress(corrected.reshape(meta["shape"]), name)

@@ -170,6 +170,25 @@ def test_error_feedback_keeps_exactly_what_was_not_sent(make, dtype):
         np.testing.assert_array_equal(c.residual("g"), residual)
 
 
+class _Halving:
+    """A compressor by duck typing only (no Compressor base): sends x / 2."""
+    collective = "allreduce"
+
+    def compress(self, x, name):
+        return (np.asarray(x) / 2,), {"shape": np.shape(x)}
+
+    def decompress(self, payload, meta):
+        return payload[0]
+
+
+def test_error_feedback_wraps_a_duck_typed_compressor():
+    c = ErrorFeedback(_Halving())
+    x = np.arange(6, dtype=np.float64).reshape(2, 3)
+    payload, meta = c.compress(x, "g")
+    np.testing.assert_array_equal(payload[0], x / 2)
+    np.testing.assert_array_equal(c.residual("g"), x.reshape(-1) / 2)
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_error_feedback_residual_math(dtype):
     c = ErrorFeedback(TopKCompressor(0.1))

@@ -13,7 +13,7 @@ import numpy as np
 __all__ = ["KIB", "MIB", "format_size", "package_version", "load_average", "machine_info",
            "median_seconds", "init_gloo", "pyplot", "write_report", "rank_counts",
            "add_job_options", "launch_jobs", "run_per_rank_count", "merged_report",
-           "fill_sizes"]
+           "fill_sizes", "idle_until_all_arrive"]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -80,6 +80,14 @@ def machine_info(comm, **extra):
     }
     info.update(extra)
     return info
+
+
+def idle_until_all_arrive(ctrl, poll_seconds=0.002):
+    """A barrier on ``ctrl`` that sleeps while it waits: MPI's own barrier
+    spins and would hold a core while another rank times something alone."""
+    request = ctrl.Ibarrier()
+    while not request.Test():
+        time.sleep(poll_seconds)
 
 
 def median_seconds(function, repetitions, warmup=1):

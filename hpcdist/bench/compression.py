@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import machine_info, median_seconds
+from .common import idle_until_all_arrive, machine_info, median_seconds
 
 __all__ = ["main"]
 
@@ -277,14 +277,6 @@ def _print_report(report):
               f"{row['dense_allreduce_ms']:6.2f} ms  {cells}")
 
 
-def _sleeping_barrier(ctrl, poll_seconds=0.002):
-    """A barrier that sleeps while it waits: the other ranks must not spin a
-    core (as MPI_Barrier does) while rank 0 times the kernels alone."""
-    request = ctrl.Ibarrier()
-    while not request.Test():
-        time.sleep(poll_seconds)
-
-
 def main(argv=None):
     """Run the benchmark; rank 0 prints the report and writes ``compression.json``."""
     args = _build_parser().parse_args(argv)
@@ -301,7 +293,7 @@ def main(argv=None):
     x = np.random.default_rng(ctx.rank).standard_normal(args.elements, dtype=np.float32)
     k = max(1, int(args.ratio * x.size))
     kernels = _kernel_report(x, k, args.repetitions, seed=7) if ctx.rank == 0 else None
-    _sleeping_barrier(ctrl)
+    idle_until_all_arrive(ctrl)  # rank 0 times the kernels alone
     compressors = _compressor_report(x, args.ratio, args.repetitions, ctx, ctrl)
     alpha = _latency(ctrl, args.repetitions)
     machine = machine_info(ctrl)

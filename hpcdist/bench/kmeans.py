@@ -55,8 +55,8 @@ import time
 
 import numpy as np
 
-from .common import (add_job_options, load_average, machine_info, pyplot, run_per_rank_count,
-                     write_report, merged_report, fill_sizes)
+from .common import (add_job_options, fill_sizes, idle_until_all_arrive, load_average,
+                     machine_info, merged_report, pyplot, run_per_rank_count, write_report)
 
 __all__ = ["main", "DEFAULTS", "QUICK"]
 
@@ -179,13 +179,6 @@ def _whole_data_on_rank_0(ctx, X_local, args):
     return X
 
 
-def _idle_until_all_arrive(ctrl):
-    """Wait in a barrier without spinning (MPI's own wait would hold a core)."""
-    request = ctrl.Ibarrier()
-    while not request.Test():
-        time.sleep(0.002)
-
-
 def _timed(ctrl, function, root_only=False):
     """Run ``function()`` after a barrier; the slowest rank's seconds and its result.
 
@@ -200,7 +193,7 @@ def _timed(ctrl, function, root_only=False):
         result = function()
     elapsed = time.perf_counter() - start
     if root_only:
-        _idle_until_all_arrive(ctrl)
+        idle_until_all_arrive(ctrl)
         result = ctrl.bcast(result, root=0)
     return max(ctrl.allgather(elapsed)), result
 

@@ -43,10 +43,14 @@ slowest rank (barrier before). Reported: median seconds, GiB/s
 (``size / time``), and hpcdist's save throughput over the baseline's; also
 the fastest repetition of each case and the ratio of those (other load on
 the machine mostly adds slow outliers).
-Writes go to the page cache first; with ``h5py save`` the kernel writes
-them back later, while hpcdist's fsync waits for the disk, so the numbers
-depend on the storage and on what else runs (the load average before and
-after is kept).
+After every case, untimed, the disk is left quiet: the baseline's file is
+fsynced and its previous one deleted, hpcdist's background deletion of its
+previous step is waited for, and ``os.sync()`` runs, so no case pays for
+the write-back or the deletions of the one before it. Writes go to the
+page cache first; ``h5py save`` returns before the disk has the data,
+while hpcdist's save returns once its fsyncs are done (it starts flushing
+while it writes), so the numbers depend on the storage and on what else
+runs (the load average before and after is kept).
 
 Target (issue 7): save throughput >= 70% of the raw h5py writer's (plain
 write + close), for each backend at 1 and 2 ranks. The summary says PASS,
@@ -209,6 +213,7 @@ class _Cases:
 
     def __init__(self, ctx, args, directory, backends):
         from ..checkpoint import CheckpointManager
+        from ..checkpoint.commit import wait_for_deletions
 
         self.ctx, self.state = ctx, _make_state(ctx, args.size)
         self.arrays = _global_arrays(args.size) if ctx.rank == 0 else None
@@ -221,11 +226,13 @@ class _Cases:
         self.step = 0
         self.calls = {"h5py save": lambda: self._raw(fsync=False),
                       "h5py+fsync save": lambda: self._raw(fsync=True)}
-        #: untimed work after a case: the baseline's dirty pages are written out (so that the
-        #: next case does not wait for them) and its previous file is deleted
+        #: untimed work after a case, so that the next case finds a quiet disk: the
+        #: baseline's dirty pages are written out and its previous file is deleted; hpcdist's
+        #: previous step, which it deletes in a background thread, is gone
         self.after = {"h5py save": self._settle_raw, "h5py+fsync save": self._settle_raw}
         for backend in backends:
             self.calls[f"hpcdist {backend} save"] = lambda b=backend: self._save(b)
+            self.after[f"hpcdist {backend} save"] = wait_for_deletions
         self.calls["h5py restore"] = self._raw_restore
         for backend in backends:
             self.calls[f"hpcdist {backend} restore"] = lambda b=backend: self._restore(b)
@@ -283,6 +290,7 @@ def _time_case(ctrl, call, after=None):
     elapsed = time.perf_counter() - start
     if after is not None:
         after()
+    os.sync()  # nothing of this case is left for the disk to do during the next one
     return ctrl.allreduce(elapsed, op=MPI.MAX)
 
 

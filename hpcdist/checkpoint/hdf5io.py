@@ -5,9 +5,10 @@ import numpy as np
 __all__ = ["h5py_module", "h5py_is_parallel", "BLOCK_BYTES", "blocks_of", "create_leaf_dataset",
            "write_block", "write_empty", "collective_dxpl"]
 
-#: the most bytes one H5Dwrite call gets (keeps MPI-IO counts small and lets
-#: other threads run between calls)
-BLOCK_BYTES = 256 << 20
+#: the most bytes one H5Dwrite call gets (keeps MPI-IO counts small, lets other
+#: threads run between calls, and sets how often a write-behind flush starts:
+#: see :class:`~hpcdist.checkpoint.commit.WriteBehind`)
+BLOCK_BYTES = 64 << 20
 
 
 def h5py_module():

@@ -16,6 +16,7 @@ import os
 
 from ..data import DataPartitioner
 from .checksum import chunk_items
+from .commit import WriteBehind
 from .hdf5io import (blocks_of, collective_dxpl, create_leaf_dataset, h5py_module, write_block,
                      write_empty)
 from .manifest import leaf_dtype
@@ -51,7 +52,8 @@ def write_mpio(directory, plan, writes, rank, size, comm, threads):
     by_path = {write.path: write for write in writes}
     dxpl = collective_dxpl()
     path = os.path.join(directory, INDEX_FILE)
-    with h5py.File(path, "w", driver="mpio", comm=comm) as h5file:
+    with h5py.File(path, "w", driver="mpio", comm=comm) as h5file, \
+            WriteBehind(path if rank == 0 else None) as behind:  # rank 0 flushes the shared file
         describe_root(h5file, plan)
         datasets = {}
         for name in plan.order:
@@ -73,6 +75,7 @@ def write_mpio(directory, plan, writes, rank, size, comm, threads):
             if len(contributions) == 1:  # one writer: independent I/O, nobody waits
                 for block in mine:
                     write_block(dataset, write.source, write.axis, write.start or 0, block)
+                    behind.written()
                 continue
             for round_ in range(_rounds(plan.entries[name], contributions, storage.itemsize)):
                 if round_ < len(mine):
@@ -80,6 +83,7 @@ def write_mpio(directory, plan, writes, rank, size, comm, threads):
                                 dxpl=dxpl)
                 else:
                     write_empty(dataset, dxpl)
+                behind.written()
     items = chunk_items({INDEX_FILE: os.path.getsize(path)})
     start, stop = DataPartitioner(len(items), size).get_partition(rank)
     report = finish_files(directory, [INDEX_FILE] if rank == 0 else [], threads,

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .checksum import chunk_items, crc32_of_file, crc32_of_items
-from .commit import fsync_file
+from .commit import WriteBehind, fsync_file
 from .hdf5io import blocks_of, create_leaf_dataset, h5py_module, write_block
 from .manifest import FORMAT, FORMAT_VERSION, leaf_dtype
 from .plan import INDEX_FILE, rank_file
@@ -99,7 +99,7 @@ def _write_rank_file(path, plan, writes, rank):
     """
     h5py = h5py_module()
     regions = []
-    with h5py.File(path, "w") as h5file:
+    with h5py.File(path, "w") as h5file, WriteBehind(path) as behind:
         h5file.attrs["hpcdist_rank"] = rank
         h5file.attrs["hpcdist_step"] = plan.step
         for write in writes:
@@ -111,6 +111,7 @@ def _write_rank_file(path, plan, writes, rank):
             blocks = []
             for block in blocks_of(source.shape, 0, source.dtype.itemsize):
                 write_block(dataset, source, 0, 0, block)
+                behind.written()
                 blocks.append(source[block[0]:block[1]].reshape(-1).view(np.uint8))
             offset = dataset.id.get_offset()
             if offset is None or dataset.id.get_storage_size() != source.nbytes:

@@ -127,7 +127,7 @@ test_exception_on_one_rank_makes_every_rank_raise_mpi = mpi_twin(
     test_exception_on_one_rank_makes_every_rank_raise)
 
 
-@pytest.mark.parametrize("where", ["data", "manifest"])
+@pytest.mark.parametrize("where", ["data", "flush", "manifest"])
 def test_full_disk_leaves_the_previous_checkpoint_intact(ctx, shared_dir, monkeypatch, where):
     from hpcdist.checkpoint import commit, hdf5io, sharded
 
@@ -139,6 +139,9 @@ def test_full_disk_leaves_the_previous_checkpoint_intact(ctx, shared_dir, monkey
 
     if where == "data":  # every rank's HDF5 writes fail
         monkeypatch.setattr(sharded, "write_block", no_space)
+        match = r"failed on rank.*No space left on device; nothing was committed"
+    elif where == "flush":  # the write-behind flush during the writing fails
+        monkeypatch.setattr(commit, "flush_data", no_space)
         match = r"failed on rank.*No space left on device; nothing was committed"
     else:  # rank 0 cannot write manifest.json
         monkeypatch.setattr(commit, "write_file_durably", no_space)

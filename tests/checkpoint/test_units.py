@@ -189,6 +189,46 @@ def test_commit_marker_guards_the_manifest():
         parse_commit(b"\xff", raw, 3)
 
 
+def test_write_behind_flushes_while_writing_and_raises_a_failed_flush_on_exit(tmp_path,
+                                                                              monkeypatch):
+    from hpcdist.checkpoint import commit
+
+    flushed = []
+    monkeypatch.setattr(commit, "flush_data", lambda path: flushed.append(os.path.getsize(path)))
+    path = tmp_path / "data.bin"
+    with open(path, "wb") as f, commit.WriteBehind(str(path)) as behind:
+        for _ in range(3):
+            f.write(b"x" * 1000)
+            f.flush()
+            behind.written()
+            behind._pending.result()  # let each flush finish before the next block
+    assert flushed == [1000, 2000, 3000]
+
+    with commit.WriteBehind(None) as behind:  # a rank that leaves the flushing to another
+        behind.written()
+    assert behind._flusher is None and len(flushed) == 3
+
+    def broken(path):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(commit, "flush_data", broken)
+    with pytest.raises(OSError, match="Input/output error"):
+        with commit.WriteBehind(str(path)) as behind:
+            behind.written()
+            behind._pending.exception()  # failed in the background ...
+            behind.written()  # ... and the writer is not interrupted: the exit raises
+
+
+def test_flush_data_syncs_an_existing_file_and_names_a_missing_one(tmp_path):
+    from hpcdist.checkpoint.commit import flush_data
+
+    path = tmp_path / "data.bin"
+    path.write_bytes(b"abc")
+    flush_data(str(path))
+    with pytest.raises(FileNotFoundError, match="missing.bin"):
+        flush_data(str(tmp_path / "missing.bin"))
+
+
 def test_importing_starts_no_mpi_and_no_h5py():
     import subprocess
     import sys

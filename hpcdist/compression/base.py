@@ -136,6 +136,13 @@ class Compressor:
         decompression per call."""
         raise NotImplementedError
 
+    def compress_with_feedback(self, residual, x, name):
+        """Error feedback's whole step: ``residual += x``, compress the residual,
+        subtract what the payload sends; ``(payload, meta)`` as :meth:`compress`
+        of ``x + residual``. Optional, for compressors with a fused kernel
+        (sign); ``residual`` is flat, of ``x``'s dtype (float32/float64)."""
+        raise NotImplementedError
+
 
 def kernel_input(flat):
     """``flat`` in the dtype the kernels compute in (float32 or float64)."""

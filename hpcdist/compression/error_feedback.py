@@ -56,8 +56,11 @@ class ErrorFeedback(Compressor):
     def compress(self, x, name):
         """Compress ``x + residual`` and update the residual; ``(payload, meta)``.
 
-        When the wrapped compressor has :meth:`~Compressor.subtract_sent`
-        (top-k, random-k, sign) and ``x`` is float32/float64, the sum is formed
+        When the wrapped compressor has
+        :meth:`~Compressor.compress_with_feedback` (sign) and ``x`` is
+        float32/float64, the whole step is one fused pass. Otherwise, when it
+        has :meth:`~Compressor.subtract_sent`
+        (top-k, random-k) and ``x`` is float32/float64, the sum is formed
         in the residual's own buffer and what was sent is subtracted from it
         in place: no copy of ``x`` and no dense decompression. Otherwise the
         sum is a copy and the residual is updated from the decompressed
@@ -69,9 +72,13 @@ class ErrorFeedback(Compressor):
         residual = self._residuals.get(name)
         if residual is None:
             residual = self._residuals[name] = np.zeros(flat.size, dtype=dtype)
-        # (any object with compress/decompress may be wrapped: it need not have one)
-        subtract_sent = getattr(type(self.compressor), "subtract_sent", Compressor.subtract_sent)
-        in_place = subtract_sent is not Compressor.subtract_sent and flat.dtype == dtype
+        # (any object with compress/decompress may be wrapped: it need not have these)
+        if flat.dtype == dtype and _has_own(self.compressor, "compress_with_feedback"):
+            payload, inner_meta = self.compressor.compress_with_feedback(
+                residual, flat.reshape(meta["shape"]), name)
+            inner_meta["dtype"] = meta["dtype"]
+            return payload, inner_meta
+        in_place = flat.dtype == dtype and _has_own(self.compressor, "subtract_sent")
         corrected = residual if in_place else flat.astype(dtype)  # else: always a copy
         kernels.scale_add(corrected, flat if in_place else residual, 1.0)
         payload, inner_meta = self.compressor.compress(corrected.reshape(meta["shape"]), name)
@@ -96,3 +103,8 @@ class ErrorFeedback(Compressor):
             return add(out, payload, meta)
         out += np.asarray(self.compressor.decompress(payload, meta)).reshape(-1)
         return out
+
+
+def _has_own(compressor, method):
+    """Whether ``compressor`` implements the optional ``method`` of :class:`Compressor`."""
+    return getattr(type(compressor), method, None) not in (None, getattr(Compressor, method))

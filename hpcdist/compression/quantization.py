@@ -107,6 +107,14 @@ class SignCompressor(Compressor):
         packed, scales = payload
         kernels.sign_subtract(residual, packed, scales, meta["chunk_size"])
 
+    def compress_with_feedback(self, residual, x, name):
+        """Add ``x`` into ``residual``, compress it and subtract what is sent, in
+        one pass (:func:`hpcdist.kernels.sign_pack_feedback`)."""
+        flat, meta = self._prepare(x, name)
+        packed, scales = kernels.sign_pack_feedback(residual, flat, self.chunk_size)
+        meta.update(n=flat.size, chunk_size=self.chunk_size)
+        return (packed, scales), meta
+
     def decompress(self, payload, meta):
         """``sign * scale`` per element, in the original shape and dtype."""
         packed, scales = payload

@@ -16,6 +16,8 @@ Quantization
     int8_quantize(x, chunk_size) -> (q, scales); int8_dequantize(q, scales, chunk_size, dtype)
     sign_pack(x, chunk_size) -> (packed, scales); sign_unpack(packed, scales, n, chunk_size, dtype)
     sign_subtract(out, packed, scales, chunk_size): out -= the unpacked signs, in place
+    sign_pack_feedback(residual, x, chunk_size) -> (packed, scales): error feedback around
+        sign_pack in one pass (residual += x, pack, subtract what is sent)
     to_half(x, kind) with kind "float16" or "bfloat16"; from_half(h, dtype)
 Fused in-place updates
     scatter_add(dense, indices, values, scale=1.0) -> dense
@@ -26,11 +28,11 @@ from .casts import from_half, to_half
 from .fused import error_feedback_update, scale_add, scatter_add
 from .quantization import int8_dequantize, int8_quantize, qsgd_dequantize, qsgd_quantize
 from .selection import randomk_indices, topk, topk_threshold
-from .signs import sign_pack, sign_subtract, sign_unpack
+from .signs import sign_pack, sign_pack_feedback, sign_subtract, sign_unpack
 
 __all__ = [
     "topk", "topk_threshold", "randomk_indices",
     "qsgd_quantize", "qsgd_dequantize", "int8_quantize", "int8_dequantize",
-    "sign_pack", "sign_unpack", "sign_subtract", "to_half", "from_half",
+    "sign_pack", "sign_unpack", "sign_subtract", "sign_pack_feedback", "to_half", "from_half",
     "scatter_add", "scale_add", "error_feedback_update",
 ]

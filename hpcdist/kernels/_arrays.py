@@ -3,7 +3,7 @@ import operator
 
 import numpy as np
 
-__all__ = ["is_cupy", "flat_float", "flat_out", "check_int", "check_dtype",
+__all__ = ["is_cupy", "flat_float", "flat_out", "check_same_size", "check_int", "check_dtype",
            "n_chunks", "FLOAT_DTYPES"]
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -45,6 +45,13 @@ def flat_out(out, name="out"):
     if not is_cupy(out) and not out.flags.writeable:
         raise ValueError(f"{name} is read-only; pass a writable array")
     return out.reshape(-1)
+
+
+def check_same_size(a, b, name_a, name_b):
+    """A clear error unless arrays ``a`` and ``b`` have as many elements."""
+    if a.size != b.size:
+        raise ValueError(f"{name_b} has {b.size} elements but {name_a} has {a.size}; "
+                         f"they should match")
 
 
 def check_int(value, name, low, high=None):

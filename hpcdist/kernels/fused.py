@@ -1,7 +1,7 @@
 """Fused in-place updates: sparse scatter-add, scale-and-add, error-feedback residual."""
 import numpy as np
 
-from ._arrays import flat_float, flat_out, is_cupy
+from ._arrays import check_same_size, flat_float, flat_out, is_cupy
 from .._numba import JIT, JIT_PARALLEL, njit, prange
 
 __all__ = ["scatter_add", "scale_add", "error_feedback_update"]
@@ -36,12 +36,6 @@ def _difference_kernel(out, a, b):
         out[i] = a[i] - b[i]
 
 
-def _check_same_size(a, b, name_a, name_b):
-    if a.size != b.size:
-        raise ValueError(f"{name_b} has {b.size} elements but {name_a} has {a.size}; "
-                         f"they should match")
-
-
 def scatter_add(dense, indices, values, scale=1.0):
     """``dense[indices] += scale * values`` in place, accumulating duplicate indices.
 
@@ -66,7 +60,7 @@ def scatter_add(dense, indices, values, scale=1.0):
                         f"{getattr(indices, 'dtype', type(indices).__name__)}")
     indices = indices.reshape(-1)
     vals = flat_float(values, "values")
-    _check_same_size(indices, vals, "indices", "values")
+    check_same_size(indices, vals, "indices", "values")
     if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= flat.size):
         raise ValueError(f"indices span [{int(indices.min())}, {int(indices.max())}] but "
                          f"should lie in [0, {flat.size}) for dense of size {flat.size}")
@@ -95,7 +89,7 @@ def scale_add(out, x, alpha):
     """
     flat = flat_out(out, "out")
     xf = flat_float(x)
-    _check_same_size(flat, xf, "out", "x")
+    check_same_size(flat, xf, "out", "x")
     xf = xf.astype(flat.dtype, copy=False)
     if is_cupy(flat):
         flat += flat.dtype.type(alpha) * xf
@@ -123,8 +117,8 @@ def error_feedback_update(residual, corrected, decompressed):
     flat = flat_out(residual, "residual")
     a = flat_float(corrected, "corrected")
     b = flat_float(decompressed, "decompressed")
-    _check_same_size(flat, a, "residual", "corrected")
-    _check_same_size(flat, b, "residual", "decompressed")
+    check_same_size(flat, a, "residual", "corrected")
+    check_same_size(flat, b, "residual", "decompressed")
     a = a.astype(flat.dtype, copy=False)
     b = b.astype(flat.dtype, copy=False)
     if is_cupy(flat):

@@ -1,13 +1,18 @@
 """1-bit sign compression: 8 signs per byte plus one mean-magnitude scale per chunk."""
+import math
+
 import numpy as np
 
-from ._arrays import (check_dtype, check_int, check_scales, flat_float, flat_payload, is_cupy,
-                      n_chunks)
+from ._arrays import (check_dtype, check_int, check_same_size, check_scales, flat_float,
+                      flat_out, flat_payload, is_cupy, n_chunks)
 from .._numba import JIT, JIT_PARALLEL, njit, prange
 
-__all__ = ["sign_pack", "sign_unpack", "sign_subtract"]
+__all__ = ["sign_pack", "sign_unpack", "sign_subtract", "sign_pack_feedback"]
 
 _BYTES_PER_BLOCK = 1 << 13
+#: elements per block of :func:`sign_pack_feedback` (rounded to whole bytes and chunks): the
+#: block stays in L2 between its passes
+_FEEDBACK_BLOCK = 1 << 15
 
 
 @njit(**JIT)
@@ -95,6 +100,30 @@ def _sign_unpack_kernel(packed, scales, chunk_size, out, subtract):
     for c in prange(scales.size):
         lo = c * chunk_size
         _unpack_range(packed, lo, scales[c], out[lo:min(n, lo + chunk_size)], subtract)
+
+
+@njit(**JIT)
+def _pack_feedback_block(residual, x, lo, hi, chunk_size, packed, scales):
+    """Elements ``lo:hi`` (``lo`` on a byte and chunk boundary, ``hi`` too or the end):
+    ``residual += x``, its signs packed and chunk scales taken, what they send subtracted."""
+    r = residual[lo:hi]
+    xs = x[lo:hi]
+    for i in range(r.size):
+        r[i] += xs[i]
+    _pack_range(r, packed[lo // 8:(hi + 7) // 8])
+    for c in range(lo // chunk_size, (hi + chunk_size - 1) // chunk_size):
+        a = c * chunk_size
+        b = min(hi, a + chunk_size)
+        scales[c] = np.float32(_mean_abs(residual[a:b]))
+        _unpack_range(packed, a, scales[c], residual[a:b], True)
+
+
+@njit(**JIT_PARALLEL)
+def _pack_feedback_kernel(residual, x, chunk_size, block, packed, scales):
+    n = residual.size
+    for b in prange((n + block - 1) // block):
+        _pack_feedback_block(residual, x, b * block, min(n, (b + 1) * block), chunk_size,
+                             packed, scales)
 
 
 def sign_pack(x, chunk_size):
@@ -189,3 +218,47 @@ def sign_subtract(out, packed, scales, chunk_size):
         _sign_unpack_kernel(np.ascontiguousarray(packed),
                             np.ascontiguousarray(scales, np.float32), chunk_size, out, True)
     return out
+
+
+def sign_pack_feedback(residual, x, chunk_size):
+    """Error feedback around sign compression, in one pass: ``residual += x``, then
+    ``packed, scales = sign_pack(residual, chunk_size)``, then ``residual -=
+    sign_unpack(packed, scales, ...)``.
+
+    The same results, bit for bit, as those three calls, which read and
+    write the residual three times; here each block of 32K elements goes
+    through the three steps while it is in cache.
+
+    Parameters
+    ----------
+    residual : ndarray of shape (...) of float32 or float64, C-contiguous, writable
+        The error-feedback residual ``e``; on return ``g + e`` minus what the
+        payload sends.
+    x : ndarray with residual.size elements
+        The gradient ``g`` (cast to residual's dtype if needed).
+    chunk_size : int
+        Elements per scale, ``>= 1``.
+
+    Returns
+    -------
+    packed : ndarray of shape (ceil(n / 8),) of uint8
+    scales : ndarray of shape (ceil(n / chunk_size),) of float32
+        As :func:`sign_pack` of ``residual + x``.
+    """
+    flat = flat_out(residual, "residual")
+    xf = flat_float(x)
+    check_same_size(flat, xf, "residual", "x")
+    xf = xf.astype(flat.dtype, copy=False)
+    chunk_size = check_int(chunk_size, "chunk_size", 1)
+    if is_cupy(flat):
+        flat += xf
+        packed, scales = sign_pack(flat, chunk_size)
+        flat -= sign_unpack(packed, scales, flat.size, chunk_size, flat.dtype)
+        return packed, scales
+    packed = np.empty(n_chunks(flat.size, 8), np.uint8)
+    scales = np.empty(n_chunks(flat.size, chunk_size), np.float32)
+    if flat.size:
+        group = 8 * chunk_size // math.gcd(8, chunk_size)  # whole bytes and whole chunks
+        block = group * max(1, _FEEDBACK_BLOCK // group)
+        _pack_feedback_kernel(flat, xf, chunk_size, block, packed, scales)
+    return packed, scales

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from hpcdist.kernels import sign_pack, sign_subtract, sign_unpack
+from hpcdist.kernels import sign_pack, sign_pack_feedback, sign_subtract, sign_unpack
 
 DTYPES = [np.float32, np.float64]
 
@@ -47,6 +47,37 @@ def test_sign_subtract_is_minus_the_unpacked_signs(n, chunk_size, dtype):
     expected = out - sign_unpack(packed, scales, n, chunk_size, dtype)
     assert sign_subtract(out, packed, scales, chunk_size) is out
     np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n,chunk_size", [(0, 4), (1, 1), (7, 3), (1001, 3), (100_003, 1000),
+                                          (100_003, 1 << 20), (70_001, 12)])
+def test_sign_pack_feedback_equals_add_pack_subtract(n, chunk_size, dtype):
+    """The fused pass gives the payload and residual of the three separate calls, bit for bit."""
+    rng = np.random.default_rng(n + chunk_size)
+    residual = rng.standard_normal(n).astype(dtype)
+    x = rng.standard_normal(n).astype(dtype)
+    expected = residual + x
+    packed, scales = sign_pack(expected, chunk_size)
+    sign_subtract(expected, packed, scales, chunk_size)
+    fused_packed, fused_scales = sign_pack_feedback(residual, x.reshape(-1, 1), chunk_size)
+    np.testing.assert_array_equal(fused_packed, packed)
+    np.testing.assert_array_equal(fused_scales, scales)
+    np.testing.assert_array_equal(residual, expected)
+
+
+def test_sign_pack_feedback_rejects_bad_input():
+    residual = np.zeros(10, np.float32)
+    with pytest.raises(ValueError, match="x has 9 elements but residual has 10"):
+        sign_pack_feedback(residual, np.zeros(9, np.float32), 4)
+    with pytest.raises(ValueError, match="read-only"):
+        frozen = np.zeros(10, np.float32)
+        frozen.flags.writeable = False
+        sign_pack_feedback(frozen, np.zeros(10, np.float32), 4)
+    with pytest.raises(TypeError, match="residual should be a float32 or float64 array"):
+        sign_pack_feedback(np.zeros(10, np.int32), np.zeros(10, np.float32), 4)
+    with pytest.raises(ValueError, match="chunk_size=0 should be >= 1"):
+        sign_pack_feedback(residual, np.zeros(10, np.float32), 0)
 
 
 def test_sign_of_zero_and_shape():

@@ -237,13 +237,12 @@ def sign_pack_feedback(residual, x, chunk_size):
     x : ndarray with residual.size elements
         The gradient ``g`` (cast to residual's dtype if needed).
     chunk_size : int
-        Elements per scale, ``>= 1``.
+        Elements per scale (``>= 1``).
 
     Returns
     -------
-    packed : ndarray of shape (ceil(n / 8),) of uint8
-    scales : ndarray of shape (ceil(n / chunk_size),) of float32
-        As :func:`sign_pack` of ``residual + x``.
+    (packed, scales)
+        The payload of ``sign_pack(residual + x, chunk_size)``.
     """
     flat = flat_out(residual, "residual")
     xf = flat_float(x)

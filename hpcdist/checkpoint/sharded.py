@@ -86,14 +86,16 @@ def finish_files(directory, names, threads, items=None):
     return {"files": sizes, "parts": parts}
 
 
-def _write_rank_file(path, plan, writes, rank):
-    """Write this rank's blocks; where each landed in the file.
+def _write_rank_file(path, plan, writes, rank, checksums):
+    """Write this rank's blocks, each block's CRC started in ``checksums`` (an
+    executor) and its flush to disk started (:class:`WriteBehind`) as soon as
+    it is in the file, so that summing and flushing overlap the writing.
 
     Returns
     -------
-    list of (offset, [block, ...]) or None
-        Each dataset's byte offset in the file with its blocks (bytes views
-        of the memory written there, in file order); None when some
+    list of (offset, [(nbytes, future CRC-32), ...]) or None
+        Each dataset's byte offset in the file with its blocks' CRCs (of the
+        memory that was written there, in file order); None when some
         dataset's storage is not one contiguous range as expected (the
         caller then reads the file back).
     """
@@ -112,7 +114,8 @@ def _write_rank_file(path, plan, writes, rank):
             for block in blocks_of(source.shape, 0, source.dtype.itemsize):
                 write_block(dataset, source, 0, 0, block)
                 behind.written()
-                blocks.append(source[block[0]:block[1]].reshape(-1).view(np.uint8))
+                written = source[block[0]:block[1]].reshape(-1).view(np.uint8)
+                blocks.append((written.nbytes, checksums.submit(zlib.crc32, written)))
             offset = dataset.id.get_offset()
             if offset is None or dataset.id.get_storage_size() != source.nbytes:
                 regions = None
@@ -124,10 +127,11 @@ def _write_rank_file(path, plan, writes, rank):
 def write_sharded(directory, plan, writes, rank, threads):
     """Write this rank's file (and, on rank 0, ``index.h5``); fsync; CRCs.
 
-    The CRC of this rank's file is computed while the file is fsynced (the
-    CPU sums while the disk writes): the data blocks' CRCs from the memory
-    that was written (in ``threads`` threads, no read-back), the bytes
-    between them (HDF5's metadata) read from the file, all joined with
+    The CRC of this rank's file is computed while the file is written and
+    flushed (the CPU sums while the disk writes): the data blocks' CRCs from
+    the memory that was written (in ``threads`` threads, each block as soon
+    as it is written, no read-back), the bytes between them (HDF5's
+    metadata) read from the file, all joined with
     :func:`~hpcdist.checkpoint.checksum.crc32_combine`.
 
     Parameters
@@ -155,16 +159,14 @@ def write_sharded(directory, plan, writes, rank, threads):
         if rank == 0:  # small: written first, its fsync and CRC overlap the rank file's writing
             write_index(directory, plan, {write.path: write for write in writes})
             index = syncer.submit(finish_files, directory, [INDEX_FILE], 1)
-        regions = _write_rank_file(path, plan, writes, rank)
+        regions = _write_rank_file(path, plan, writes, rank, pool)
         synced = syncer.submit(fsync_file, path)  # the disk works while the CPU sums
         size = os.path.getsize(path)
         crc = None
         if regions is not None:
-            crcs = [(offset, [(block.nbytes, pool.submit(zlib.crc32, block))
-                              for block in blocks]) for offset, blocks in regions]
             crc = crc32_of_file(path, size, [(offset, [(length, future.result())
                                                        for length, future in pieces])
-                                             for offset, pieces in crcs])
+                                             for offset, pieces in regions])
         synced.result()
         index = None if index is None else index.result()
     if crc is None:  # unexpected layout: read the file back

@@ -75,6 +75,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..checkpoint.commit import fsync_file, wait_for_deletions
 from .common import (MIB, add_job_options, load_average, machine_info, pyplot,
                      run_per_rank_count, write_report, merged_report)
 
@@ -194,11 +195,7 @@ def _raw_save(path, arrays, fsync):
         for name, array in arrays.items():
             h5file.create_dataset(name, data=array)
     if fsync:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_file(path)
 
 
 def _raw_restore(path):
@@ -213,7 +210,6 @@ class _Cases:
 
     def __init__(self, ctx, args, directory, backends):
         from ..checkpoint import CheckpointManager
-        from ..checkpoint.commit import wait_for_deletions
 
         self.ctx, self.state = ctx, _make_state(ctx, args.size)
         self.arrays = _global_arrays(args.size) if ctx.rank == 0 else None
@@ -246,11 +242,7 @@ class _Cases:
     def _settle_raw(self):
         if self.ctx.rank == 0:
             path = os.path.join(self.directory, f"raw-{self.raw_count}.h5")
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_file(path)
             if self.raw_path is not None:
                 os.remove(self.raw_path)
             self.raw_path = path

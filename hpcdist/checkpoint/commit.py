@@ -83,23 +83,24 @@ def cleanup_temporaries(directory):
     return removed
 
 
-def fsync_file(path):
-    """Flush a file's data to stable storage."""
+def _sync_path(path, sync):
+    """Open ``path`` and call ``sync`` (``os.fsync``, ``os.fdatasync``) on it."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        sync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_file(path):
+    """Flush a file's data to stable storage."""
+    _sync_path(path, os.fsync)
 
 
 def flush_data(path):
     """Write a file's dirty pages to stable storage (``fdatasync``; ``fsync`` where the
     platform has no ``fdatasync``)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        getattr(os, "fdatasync", os.fsync)(fd)
-    finally:
-        os.close(fd)
+    _sync_path(path, getattr(os, "fdatasync", os.fsync))
 
 
 class WriteBehind:

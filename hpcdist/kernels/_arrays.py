@@ -3,7 +3,7 @@ import operator
 
 import numpy as np
 
-__all__ = ["is_cupy", "flat_float", "flat_out", "check_same_size", "check_int", "check_dtype",
+__all__ = ["aligned_empty", "is_cupy", "flat_float", "flat_out", "check_same_size", "check_int", "check_dtype",
            "n_chunks", "FLOAT_DTYPES"]
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -12,6 +12,17 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 def is_cupy(x):
     """Whether ``x`` is a CuPy array (checked without importing CuPy)."""
     return type(x).__module__.split(".")[0] == "cupy"
+
+
+def aligned_empty(shape, dtype, alignment=64):
+    """An uninitialised C-contiguous NumPy array whose data start on an ``alignment``-byte
+    boundary (NumPy only guarantees 16: a 64-byte vector load of a row would then span two
+    cache lines)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + alignment, np.uint8)
+    offset = -raw.ctypes.data % alignment
+    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
 
 
 def _describe(x):

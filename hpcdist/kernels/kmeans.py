@@ -4,30 +4,31 @@ Each function works on this rank's rows only; the estimator
 (:class:`hpcdist.ml.KMeans`) validates its input and combines the per-rank
 results with one collective. Nothing here validates or communicates.
 
-The distance to every center goes through a GEMM: ``||x - c||^2 = ||x||^2 -
-2 x.c + ||c||^2``, and since ``||x||^2`` is the same for every center the
-nearest center is the argmin of ``||c||^2 - 2 x.c``. Rows are processed in
-chunks of ``chunk_rows``: one ``(-2 C) @ X_chunk.T`` per chunk (BLAS through
-``np.dot`` in Numba, the transposes passed as flags) into a ``(k, chunk_rows)``
-tile that stays in cache, then an argmin down the centers (vectorised over the
-chunk's rows, ties to the lowest center like scikit-learn), then, in the same pass, the
-per-cluster sums and counts (accumulated in float64), the inertia and the
-number of changed labels. The inertia of :func:`lloyd_step` comes from the
-GEMM form (``||x||^2`` is summed with the sums, at no extra load); the
-inertia of :func:`assign` and :func:`labelled_inertia` is exact
+The distance to every center goes through GEMM arithmetic: ``||x - c||^2 =
+||x||^2 - 2 x.c + ||c||^2``, and since ``||x||^2`` is the same for every center
+the nearest center is the argmin of ``||c||^2 - 2 x.c``. That argmin is a
+register-blocked micro-kernel (:func:`hpcdist.kernels._simd.nearest_tile`,
+LLVM vector IR): ``TILE_ROWS`` rows at a time, the dot products of a block of
+centers accumulate in vector registers and are reduced to each row's nearest
+center at once, so the ``(rows, centers)`` distances never reach memory (ties
+go to the lowest center, like scikit-learn). In the same pass over a chunk of
+``chunk_rows`` rows come the per-cluster sums (float64) and counts, the
+inertia and the number of changed labels. The inertia of :func:`lloyd_step`
+comes from the GEMM form (``||x||^2`` is summed with the sums, at no extra
+load); the inertia of :func:`assign` and :func:`labelled_inertia` is exact
 (``sum((x - c)^2)`` in float64), for final results. Chunks are split into
 ``n_blocks`` contiguous blocks, one per thread (``prange``), each with its
 own partial sums merged at the end, so the result is deterministic for a
-given ``n_blocks``.
+given ``n_blocks``; each row's nearest center does not depend on chunks,
+blocks or threads.
 
-NumPy arrays run the Numba kernels (BLAS limited to one thread by the caller:
-the parallelism is over chunks); CuPy arrays (``X``, ``labels``, ``closest``,
+NumPy arrays run the Numba kernels (C-contiguous ``X``; other layouts are
+copied); CuPy arrays (``X``, ``labels``, ``closest``,
 ``out``, ``sq_distances`` on the device; ``centers``, ``sums`` and ``counts``
 on the host, they are small) run plain CuPy array expressions.
 
 Functions
 ---------
-chunk_rows_for(n_clusters, itemsize) -> int
 column_moments(X) -> (mean, m2)
 lloyd_step(X, centers, labels, sums, counts, *, chunk_rows, n_blocks) -> (inertia, n_changed)
 assign(X, centers, labels, counts=None, sq_distances=None, *, chunk_rows, n_blocks) -> inertia
@@ -36,27 +37,16 @@ candidate_potentials(X, candidates, closest, out, *, n_blocks) -> potentials
 """
 import numpy as np
 
-from ._arrays import is_cupy
+from ._arrays import aligned_empty, is_cupy
+from ._simd import CENTER_PADDING, TILE_ROWS, lloyd_tile, nearest_tile
 from .._numba import JIT, JIT_PARALLEL, njit, num_threads, prange
 
-__all__ = ["chunk_rows_for", "default_blocks", "column_moments", "lloyd_step", "assign",
+__all__ = ["CHUNK_ROWS", "default_blocks", "column_moments", "lloyd_step", "assign",
            "labelled_inertia", "candidate_potentials"]
 
-#: Bytes of the distance tile ``(k, chunk_rows)`` per thread, about L1/L2-sized: 32-64 KiB
-#: measured best for k=64 (128 KiB was 50% slower).
-TILE_BYTES = 64 * 1024
-MIN_CHUNK_ROWS = 64
-MAX_CHUNK_ROWS = 4096
-
-
-def chunk_rows_for(n_clusters, itemsize):
-    """Rows per chunk so that the ``(n_clusters, rows)`` distance tile fills ``TILE_BYTES``.
-
-    A multiple of 16 in ``[MIN_CHUNK_ROWS, MAX_CHUNK_ROWS]`` (256 rows for
-    64 float32 centers, 128 for float64).
-    """
-    rows = TILE_BYTES // max(1, int(n_clusters) * int(itemsize))
-    return int(min(MAX_CHUNK_ROWS, max(MIN_CHUNK_ROWS, rows // 16 * 16)))
+#: Rows per chunk, a whole number of register tiles: the unit that thread blocks split
+#: (a kernel's result depends on its blocks, not on the chunk size).
+CHUNK_ROWS = 64 * TILE_ROWS
 
 
 #: chunks per thread below which a kernel runs serially (no parallel region)
@@ -72,47 +62,37 @@ def default_blocks(n_rows, chunk_rows):
 
 # -- Numba kernels (no validation) ----------------------------------------------------------
 
-@njit(**JIT)
-def _prepare_centers(centers):
-    """``-2 * centers.T`` (exact scaling, C-contiguous (d, k)) and the squared norms."""
+def _prepared_centers(centers, dtype):
+    """``-2 * centers.T`` (exact scaling, shape (d, k_padded)) and ``||c||^2`` in ``dtype``,
+    64-byte aligned.
+
+    The padding columns (up to a multiple of ``CENTER_PADDING``) are zero
+    with an infinite norm, so they are never nearest.
+    """
     k, d = centers.shape
-    neg2t = np.empty((d, k), centers.dtype)
-    norms = np.empty(k, centers.dtype)
-    for j in range(k):
-        s = 0.0
-        for f in range(d):
-            c = centers[j, f]
-            neg2t[f, j] = -2 * c
-            s += np.float64(c) * np.float64(c)
-        norms[j] = s
+    padded = -(-k // CENTER_PADDING) * CENTER_PADDING
+    neg2t = aligned_empty((d, padded), dtype)
+    neg2t[:, k:] = 0
+    np.multiply(np.asarray(centers, dtype).T, -2, out=neg2t[:, :k])
+    norms = aligned_empty(padded, dtype)
+    norms[k:] = np.inf
+    norms[:k] = (np.asarray(centers, np.float64) ** 2).sum(axis=1)
     return neg2t, norms
 
 
 @njit(**JIT)
-def _nearest_in_chunk(X, start, m, neg2t, norms, tile_t, best, nearest):
-    """``nearest[:m]``: the argmin over centers of ``||c||^2 - 2 x.c`` for rows start:start+m.
+def _chunk_buffers(chunk_rows):
+    """``best`` (float64) and ``nearest`` for one chunk, with room for a last partial tile."""
+    return np.empty(chunk_rows + TILE_ROWS), np.empty(chunk_rows + TILE_ROWS, np.int32)
 
-    One sgemm/dgemm ``(-2 C) @ X_chunk.T`` into a ``(k, m)`` tile, then an
-    argmin down the centers that is vectorised across the rows.
-    """
-    k = neg2t.shape[1]
-    dots_t = tile_t[:k * m].reshape((k, m))
-    # (-2 C) @ X_chunk.T straight into the (k, m) layout the argmin wants: BLAS
-    # takes the transposed operands as flags, no copy and no transpose pass
-    np.dot(neg2t.T, X[start:start + m].T, dots_t)
-    first = norms[0]
-    row = dots_t[0]
+
+@njit(**JIT)
+def _clamped_sum(values, m):
+    """``sum(max(values[:m], 0))``, vectorised (no single chain of dependent adds)."""
+    total = 0.0
     for i in range(m):
-        best[i] = first + row[i]
-        nearest[i] = 0
-    for j in range(1, k):
-        norm = norms[j]
-        row = dots_t[j]
-        for i in range(m):
-            v = norm + row[i]
-            if v < best[i]:
-                best[i] = v
-                nearest[i] = j
+        total += max(values[i], 0.0)
+    return total
 
 
 @njit(**JIT)
@@ -130,62 +110,42 @@ def _squared_distance(X, i, centers, j):
 # the block function directly: no parallel region to enter (costly on a loaded machine).
 
 @njit(**JIT)
-def _lloyd_block(X, centers, neg2t, norms, labels, chunk_rows, first, last, sums, counts):
+def _lloyd_block(X, neg2t, norms, labels, chunk_rows, first, last, sums, counts):
     """Chunks ``first:last``: labels, sums and counts added to; returns (inertia, changed)."""
-    n, d = X.shape
-    k = centers.shape[0]
-    tile_t = np.empty(k * chunk_rows, X.dtype)
-    best = np.empty(chunk_rows, X.dtype)
-    nearest = np.empty(chunk_rows, np.int32)
+    n = X.shape[0]
+    best, nearest = _chunk_buffers(chunk_rows)
     inertia = 0.0
     changed = 0
     for c in range(first, last):
         start = c * chunk_rows
-        m = min(chunk_rows, n - start)
-        _nearest_in_chunk(X, start, m, neg2t, norms, tile_t, best, nearest)
-        for i in range(m):
-            row = start + i
+        stop = min(start + chunk_rows, n)
+        for row in range(start, stop, TILE_ROWS):
+            lloyd_tile(X, row, stop, neg2t, norms, sums, best, nearest, row - start)
+        for i in range(stop - start):
             j = nearest[i]
-            if labels[row] != j:
+            if labels[start + i] != j:
                 changed += 1
-                labels[row] = j
+                labels[start + i] = j
             counts[j] += 1.0
-            q = 0.0
-            for f in range(d):
-                x = np.float64(X[row, f])
-                sums[j, f] += x
-                q += x * x
-            inertia += max(q + best[i], 0.0)  # ||x||^2 + ||c||^2 - 2 x.c
+        inertia += _clamped_sum(best, stop - start)
     return inertia, changed
 
 
 @njit(**JIT_PARALLEL)
-def _lloyd_kernel(X, centers, labels, sums, counts, chunk_rows, n_blocks):
-    k, d = centers.shape
-    neg2t, norms = _prepare_centers(centers)
+def _lloyd_kernel(X, neg2t, norms, labels, part_sums, counts, chunk_rows):
+    n_blocks, k = part_sums.shape[0], counts.size
     n_chunks = (X.shape[0] + chunk_rows - 1) // chunk_rows
-    part_sums = np.zeros((n_blocks, k, d))
     part_counts = np.zeros((n_blocks, k))
     part_inertia = np.zeros(n_blocks)
     part_changed = np.zeros(n_blocks, np.int64)
     for b in prange(n_blocks):
         part_inertia[b], part_changed[b] = _lloyd_block(
-            X, centers, neg2t, norms, labels, chunk_rows, b * n_chunks // n_blocks,
+            X, neg2t, norms, labels, chunk_rows, b * n_chunks // n_blocks,
             (b + 1) * n_chunks // n_blocks, part_sums[b], part_counts[b])
     for b in range(n_blocks):
         for j in range(k):
             counts[j] += part_counts[b, j]
-            for f in range(d):
-                sums[j, f] += part_sums[b, j, f]
     return part_inertia.sum(), part_changed.sum()
-
-
-@njit(**JIT)
-def _lloyd_serial(X, centers, labels, sums, counts, chunk_rows):
-    neg2t, norms = _prepare_centers(centers)
-    n_chunks = (X.shape[0] + chunk_rows - 1) // chunk_rows
-    return _lloyd_block(X, centers, neg2t, norms, labels, chunk_rows, 0, n_chunks, sums,
-                        counts)
 
 
 @njit(**JIT)
@@ -193,17 +153,15 @@ def _assign_block(X, centers, neg2t, norms, labels, counts, sq_distances, chunk_
                   last):
     """Chunks ``first:last``: labels (counts, distances when non-empty); returns the inertia."""
     n = X.shape[0]
-    k = centers.shape[0]
     with_counts = counts.size > 0
     with_distances = sq_distances.size > 0
-    tile_t = np.empty(k * chunk_rows, X.dtype)
-    best = np.empty(chunk_rows, X.dtype)
-    nearest = np.empty(chunk_rows, np.int32)
+    nearest = np.empty(chunk_rows + TILE_ROWS, np.int32)
     inertia = 0.0
     for c in range(first, last):
         start = c * chunk_rows
         m = min(chunk_rows, n - start)
-        _nearest_in_chunk(X, start, m, neg2t, norms, tile_t, best, nearest)
+        for row in range(start, start + m, TILE_ROWS):
+            nearest_tile(X, row, neg2t, norms, nearest, row - start)
         for i in range(m):
             j = nearest[i]
             labels[start + i] = j
@@ -217,9 +175,9 @@ def _assign_block(X, centers, neg2t, norms, labels, counts, sq_distances, chunk_
 
 
 @njit(**JIT_PARALLEL)
-def _assign_kernel(X, centers, labels, counts, sq_distances, chunk_rows, n_blocks):
+def _assign_kernel(X, centers, neg2t, norms, labels, counts, sq_distances, chunk_rows,
+                   n_blocks):
     k = centers.shape[0]
-    neg2t, norms = _prepare_centers(centers)
     n_chunks = (X.shape[0] + chunk_rows - 1) // chunk_rows
     part_counts = np.zeros((n_blocks, k if counts.size > 0 else 0))
     part_inertia = np.zeros(n_blocks)
@@ -231,14 +189,6 @@ def _assign_kernel(X, centers, labels, counts, sq_distances, chunk_rows, n_block
         for j in range(counts.size):
             counts[j] += part_counts[b, j]
     return part_inertia.sum()
-
-
-@njit(**JIT)
-def _assign_serial(X, centers, labels, counts, sq_distances, chunk_rows):
-    neg2t, norms = _prepare_centers(centers)
-    n_chunks = (X.shape[0] + chunk_rows - 1) // chunk_rows
-    return _assign_block(X, centers, neg2t, norms, labels, counts, sq_distances, chunk_rows, 0,
-                         n_chunks)
 
 
 @njit(**JIT)
@@ -441,7 +391,7 @@ def column_moments(X, *, n_blocks=None):
     return _column_moments_kernel(X, n_blocks)
 
 
-def lloyd_step(X, centers, labels, sums, counts, *, chunk_rows, n_blocks=None):
+def lloyd_step(X, centers, labels, sums, counts, *, chunk_rows=CHUNK_ROWS, n_blocks=None):
     """One fused Lloyd pass over this rank's rows (assignment + accumulation).
 
     Parameters
@@ -454,8 +404,8 @@ def lloyd_step(X, centers, labels, sums, counts, *, chunk_rows, n_blocks=None):
         Incremented by the sum of the rows assigned to each center.
     counts : ndarray of float64, shape (k,)
         Incremented by the number of rows assigned to each center.
-    chunk_rows : int
-        Rows per GEMM chunk (see :func:`chunk_rows_for`).
+    chunk_rows : int, optional
+        Rows per chunk, the unit thread blocks are made of (default ``CHUNK_ROWS``).
     n_blocks : int, optional
         Thread blocks (default :func:`default_blocks`).
 
@@ -472,17 +422,26 @@ def lloyd_step(X, centers, labels, sums, counts, *, chunk_rows, n_blocks=None):
         return 0.0, 0
     if is_cupy(X):
         return _cupy_lloyd_step(X, centers, labels, sums, counts)
+    X = np.ascontiguousarray(X)
     if n_blocks is None:
         n_blocks = default_blocks(len(X), chunk_rows)
+    neg2t, norms = _prepared_centers(centers, X.dtype)
+    part_sums = aligned_empty((n_blocks,) + sums.shape, np.float64)  # aligned rows: no split
+    part_sums[...] = 0.0                                             # loads or stores
     if n_blocks == 1:
-        inertia, changed = _lloyd_serial(X, centers, labels, sums, counts, chunk_rows)
+        n_chunks = -(-len(X) // chunk_rows)
+        inertia, changed = _lloyd_block(X, neg2t, norms, labels, chunk_rows, 0, n_chunks,
+                                        part_sums[0], counts)
     else:
-        inertia, changed = _lloyd_kernel(X, centers, labels, sums, counts, chunk_rows,
-                                         n_blocks)
+        inertia, changed = _lloyd_kernel(X, neg2t, norms, labels, part_sums, counts,
+                                         chunk_rows)
+    for block_sums in part_sums:
+        sums += block_sums
     return float(inertia), int(changed)
 
 
-def assign(X, centers, labels, counts=None, sq_distances=None, *, chunk_rows, n_blocks=None):
+def assign(X, centers, labels, counts=None, sq_distances=None, *, chunk_rows=CHUNK_ROWS,
+           n_blocks=None):
     """Nearest center of every row; returns the inertia (sum of squared distances).
 
     Parameters
@@ -502,14 +461,18 @@ def assign(X, centers, labels, counts=None, sq_distances=None, *, chunk_rows, n_
         return 0.0
     if is_cupy(X):
         return _cupy_assign(X, centers, labels, counts, sq_distances)
+    X = np.ascontiguousarray(X)
     if n_blocks is None:
         n_blocks = default_blocks(len(X), chunk_rows)
     counts = _EMPTY_F64 if counts is None else counts
     sq_distances = _EMPTY_F64 if sq_distances is None else sq_distances
+    neg2t, norms = _prepared_centers(centers, X.dtype)
     if n_blocks == 1:
-        return float(_assign_serial(X, centers, labels, counts, sq_distances, chunk_rows))
-    return float(_assign_kernel(X, centers, labels, counts, sq_distances, chunk_rows,
-                                n_blocks))
+        n_chunks = -(-len(X) // chunk_rows)
+        return float(_assign_block(X, centers, neg2t, norms, labels, counts, sq_distances,
+                                   chunk_rows, 0, n_chunks))
+    return float(_assign_kernel(X, centers, neg2t, norms, labels, counts, sq_distances,
+                                chunk_rows, n_blocks))
 
 
 def labelled_inertia(X, centers, labels, *, n_blocks=None):

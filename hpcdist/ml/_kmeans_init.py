@@ -11,7 +11,7 @@ import numpy as np
 
 from ..comm.movement import allgather, broadcast
 from ..comm.reductions import allreduce
-from ..kernels.kmeans import assign, candidate_potentials, chunk_rows_for
+from ..kernels.kmeans import assign, candidate_potentials
 from ._kmeans_lloyd import array_module, to_host
 
 __all__ = ["Shards", "random_rows", "kmeans_plusplus", "kmeans_parallel"]
@@ -198,8 +198,7 @@ def kmeans_parallel(X, n_clusters, rng, shards, ctx, rounds=PARALLEL_ROUNDS,
         if not len(new):
             continue
         new = new.astype(X.dtype)
-        assign(X, new, labels, sq_distances=distances,
-               chunk_rows=chunk_rows_for(len(new), X.dtype.itemsize))
+        assign(X, new, labels, sq_distances=distances)
         xp.minimum(closest, distances, out=closest)
         candidates = np.concatenate([candidates, new])
         phi = float(allreduce(np.array([float(closest.sum())]), ctx=ctx)[0])
@@ -207,8 +206,7 @@ def kmeans_parallel(X, n_clusters, rng, shards, ctx, rounds=PARALLEL_ROUNDS,
         extra = random_rows(X, n_clusters - len(candidates), rng, shards, ctx)
         return np.concatenate([candidates, extra])
     weights = np.zeros(len(candidates))
-    assign(X, candidates, labels, counts=weights,
-           chunk_rows=chunk_rows_for(len(candidates), X.dtype.itemsize))
+    assign(X, candidates, labels, counts=weights)
     if ctx.size > 1:
         allreduce(weights, out=weights, ctx=ctx)
     recluster_seed = int(rng.randint(np.iinfo(np.int32).max))

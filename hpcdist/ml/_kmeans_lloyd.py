@@ -14,20 +14,15 @@ process.
 from collections import namedtuple
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from ..comm.movement import allgather
 from ..kernels._arrays import is_cupy
 from ..comm.reductions import allreduce
-from ..kernels.kmeans import (assign, chunk_rows_for, column_moments, labelled_inertia,
-                              lloyd_step)
+from ..kernels.kmeans import assign, column_moments, labelled_inertia, lloyd_step
 
-__all__ = ["array_module", "to_host", "single_blas_thread", "global_mean_variance",
+__all__ = ["array_module", "to_host", "global_mean_variance",
            "LloydState", "lloyd_iteration", "lloyd_labels", "LloydStart", "LloydRun", "run_lloyd",
            "final_assignment", "same_clustering"]
-
-_CONTROLLER = []
-
 
 def array_module(x):
     """``cupy`` for a CuPy array, else ``numpy``."""
@@ -43,14 +38,6 @@ def to_host(x):
         import cupy
         return cupy.asnumpy(x)
     return x
-
-
-def single_blas_thread():
-    """Context manager: BLAS on one thread (the kernels parallelise over row chunks)."""
-    if not _CONTROLLER:
-        import scipy.linalg.cython_blas  # noqa: F401  - the BLAS Numba's np.dot calls
-        _CONTROLLER.append(ThreadpoolController())
-    return _CONTROLLER[0].limit(limits=1, user_api="blas")
 
 
 def global_mean_variance(X, ctx):
@@ -94,7 +81,6 @@ class LloydState:
         self.packed = np.zeros(k * d + k + 2)
         self.sums = self.packed[:k * d].reshape(k, d)
         self.counts = self.packed[k * d:k * d + k]
-        self.chunk_rows = chunk_rows_for(k, X.dtype.itemsize)
 
 
 def lloyd_iteration(X, state, shards, ctx):
@@ -113,8 +99,7 @@ def lloyd_iteration(X, state, shards, ctx):
     """
     packed = state.packed
     packed[:] = 0.0
-    inertia, changed = lloyd_step(X, state.centers, state.labels, state.sums, state.counts,
-                                  chunk_rows=state.chunk_rows)
+    inertia, changed = lloyd_step(X, state.centers, state.labels, state.sums, state.counts)
     packed[-2] = inertia
     packed[-1] = changed
     if ctx.size > 1:
@@ -163,20 +148,20 @@ def _relocate_empty_clusters(X, state, shards, ctx):
         state.counts[old] -= 1.0
 
 
-def final_assignment(X, centers, labels, chunk_rows, ctx):
+def final_assignment(X, centers, labels, ctx):
     """Labels of the rows for ``centers`` and the global counts and inertia (one allreduce)."""
     k = len(centers)
     packed = np.zeros(k + 1)
-    packed[-1] = assign(X, centers, labels, counts=packed[:k], chunk_rows=chunk_rows)
+    packed[-1] = assign(X, centers, labels, counts=packed[:k])
     if ctx.size > 1:
         allreduce(packed, out=packed, ctx=ctx)
     return packed[:k], float(packed[-1])
 
 
-def lloyd_labels(X, centers, chunk_rows):
+def lloyd_labels(X, centers):
     """The labels :func:`lloyd_iteration` gives this rank's rows for ``centers`` (no collective).
 
-    The same fused kernel (:func:`lloyd_step`, same chunks), so the labels are
+    The same fused kernel (:func:`lloyd_step`), so the labels are
     bitwise those of the loop (what a resumed run needs as its previous
     labels); its sums, counts and inertia are dropped.
     """
@@ -184,7 +169,7 @@ def lloyd_labels(X, centers, chunk_rows):
     centers = np.ascontiguousarray(centers, dtype=X.dtype)
     k, d = centers.shape
     labels = xp.full(len(X), -1, dtype=xp.int32)
-    lloyd_step(X, centers, labels, np.zeros((k, d)), np.zeros(k), chunk_rows=chunk_rows)
+    lloyd_step(X, centers, labels, np.zeros((k, d)), np.zeros(k))
     return labels
 
 
@@ -250,7 +235,7 @@ def run_lloyd(X, centers_init, shards, ctx, *, max_iter, tol, verbose=False, sta
     n_iter, previous = 0, state.centers
     if start is not None:
         previous = np.ascontiguousarray(start.previous, dtype=X.dtype)
-        state.labels = lloyd_labels(X, previous, state.chunk_rows)
+        state.labels = lloyd_labels(X, previous)
         n_iter = int(start.n_iter)
     strict = converged = False
     for iteration in range(n_iter, max_iter):
@@ -278,8 +263,7 @@ def run_lloyd(X, centers_init, shards, ctx, *, max_iter, tol, verbose=False, sta
         if ctx.size > 1:
             inertia = float(allreduce(np.array([inertia]), ctx=ctx)[0])
     else:
-        counts, inertia = final_assignment(X, state.centers, state.labels, state.chunk_rows,
-                                           ctx)
+        counts, inertia = final_assignment(X, state.centers, state.labels, ctx)
     return LloydRun((state.labels, inertia, state.centers, n_iter, counts), strict=strict,
                     cut=not converged, previous=previous)
 

@@ -21,13 +21,12 @@ from ..comm.checks import format_ranks, validated_on_every_rank
 from ..comm.movement import broadcast
 from ..comm.objects import allgather_object, broadcast_object
 from ..comm.reductions import allreduce
-from ..kernels._arrays import is_cupy
-from ..kernels.kmeans import assign, chunk_rows_for
+from ..kernels._arrays import aligned_empty, is_cupy
+from ..kernels.kmeans import assign
 from ._checkpointing import FitCheckpointing
 from ._kmeans_init import Shards, kmeans_parallel, kmeans_plusplus, random_rows
 from ._kmeans_lloyd import (LloydStart, LloydState, array_module, global_mean_variance,
-                            lloyd_iteration, lloyd_labels, run_lloyd, same_clustering,
-                            single_blas_thread)
+                            lloyd_iteration, lloyd_labels, run_lloyd, same_clustering)
 from ._validation import LocalData, check_local_data, context_of
 
 __all__ = ["KMeans"]
@@ -68,9 +67,11 @@ def _copy_tree(tree):
 
 
 def _centered_copy(X, mean):
-    """``X - mean`` as a new C-contiguous array in ``mean``'s dtype (the kernels need C order)."""
+    """``X - mean`` as a new C-contiguous array in ``mean``'s dtype (the kernels need C order;
+    host rows start on a 64-byte boundary, which the vector kernels load fastest)."""
     xp = array_module(X)
-    out = xp.empty(X.shape, dtype=mean.dtype)
+    out = xp.empty(X.shape, dtype=mean.dtype) if xp is not np else aligned_empty(X.shape,
+                                                                                  mean.dtype)
     xp.subtract(X, xp.asarray(mean), out=out)
     return out
 
@@ -324,8 +325,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
                         self._seed(ctx)))}}
             else:
                 self._rewind_for_max_iter()
-            with single_blas_thread():
-                self._fit_runs(Xc, init, shards, ctx, n_init, saving)
+            self._fit_runs(Xc, init, shards, ctx, n_init, saving)
             saving.finish(self._fit_progress["progress"])
         del self._fit_progress
         return self
@@ -406,13 +406,12 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
 
     def _labels_of_run(self, Xc, run):
         """This rank's labels of a finished run, with the kernel that made them."""
-        chunk_rows = chunk_rows_for(self.n_clusters, Xc.dtype.itemsize)
         if run["strict"]:  # the last Lloyd pass's labels
-            return lloyd_labels(Xc, run["label_centers"], chunk_rows)
+            return lloyd_labels(Xc, run["label_centers"])
         xp = array_module(Xc)
         labels = xp.empty(len(Xc), dtype=xp.int32)
         centers = np.ascontiguousarray(run["label_centers"], dtype=Xc.dtype)
-        assign(Xc, centers, labels, counts=np.zeros(self.n_clusters), chunk_rows=chunk_rows)
+        assign(Xc, centers, labels, counts=np.zeros(self.n_clusters))
         return labels
 
     def _set_fitted(self, best, labels, ctx):
@@ -433,9 +432,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         """``labels_`` for a fitted model loaded without its fit state (its final centers)."""
         xp = array_module(Xc)
         self.labels_ = xp.empty(len(Xc), dtype=xp.int32)
-        with single_blas_thread():
-            assign(Xc, np.ascontiguousarray(self._centered, dtype=Xc.dtype), self.labels_,
-                   chunk_rows=chunk_rows_for(self.n_clusters, Xc.dtype.itemsize))
+        assign(Xc, np.ascontiguousarray(self._centered, dtype=Xc.dtype), self.labels_)
 
     def fit_predict(self, X_local, y=None, **fit_params):
         """Fit, then return ``labels_`` (this rank's rows)."""
@@ -455,9 +452,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
 
     def _assign(self, X, labels):
         centers = np.ascontiguousarray(self.cluster_centers_, dtype=X.dtype)
-        with single_blas_thread():
-            return assign(X, centers, labels,
-                          chunk_rows=chunk_rows_for(self.n_clusters, X.dtype.itemsize))
+        return assign(X, centers, labels)
 
     def predict(self, X_local):
         """Index of the nearest center for each of the rows given (local, no communication).
@@ -518,8 +513,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         if not fitted:
             Xc, shards, init = self._prepare(data, ctx)
             rng = np.random.RandomState(self._seed(ctx))
-            with single_blas_thread():
-                self._centered = self._initial_centers(Xc, init, rng, shards, ctx)
+            self._centered = self._initial_centers(Xc, init, rng, shards, ctx)
             self.n_iter_ = 0
         else:
             Xc = _centered_copy(data.X, self._X_mean)
@@ -528,8 +522,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         if labels is None or len(labels) != len(Xc):
             labels = None
         state = LloydState(Xc, self._centered, labels)
-        with single_blas_thread():
-            inertia, _, _, _ = lloyd_iteration(Xc, state, shards, ctx)
+        inertia, _, _, _ = lloyd_iteration(Xc, state, shards, ctx)
         self._centered = state.centers
         self.cluster_centers_ = state.centers + self._X_mean
         self.labels_ = state.labels

@@ -2,9 +2,8 @@
 import numpy as np
 import pytest
 
-from hpcdist.kernels.kmeans import (MAX_CHUNK_ROWS, MIN_CHUNK_ROWS, assign, column_moments,
-                                    candidate_potentials, chunk_rows_for, labelled_inertia,
-                                    lloyd_step)
+from hpcdist.kernels.kmeans import (CHUNK_ROWS, TILE_ROWS, assign, column_moments,
+                                    candidate_potentials, labelled_inertia, lloyd_step)
 
 DTYPES = (np.float32, np.float64)
 
@@ -132,12 +131,48 @@ def test_empty_inputs():
                                                        np.empty((3, 0))), np.zeros(3))
 
 
-def test_chunk_rows_for():
-    assert chunk_rows_for(64, 4) == 256
-    assert chunk_rows_for(64, 8) == 128
-    assert chunk_rows_for(1, 8) == MAX_CHUNK_ROWS
-    assert chunk_rows_for(100_000, 4) == MIN_CHUNK_ROWS
-    assert all(chunk_rows_for(k, 4) % 16 == 0 for k in (3, 7, 100, 999))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n,d,k", [(1, 1, 1), (5, 3, 2), (TILE_ROWS + 1, 17, 16), (97, 33, 65),
+                                   (250, 8, 130), (61, 64, 300)])
+def test_nearest_centers_any_shape(dtype, n, d, k):
+    """Rows not a multiple of the register tile, centers not a multiple of a vector or a
+    block of vectors, features not a multiple of a vector."""
+    X, centers = _data(n=n, d=d, k=k, dtype=dtype, seed=n + k)
+    labels = np.full(n, -1, np.int32)
+    sums, counts = np.zeros((k, d)), np.zeros(k)
+    inertia, _ = lloyd_step(X, centers, labels, sums, counts)
+    expected, distances = _reference(X, centers)
+    np.testing.assert_array_equal(labels, expected)
+    np.testing.assert_array_equal(counts, np.bincount(expected, minlength=k))
+    reference_sums = np.zeros((k, d))
+    np.add.at(reference_sums, expected, X.astype(np.float64))
+    np.testing.assert_allclose(sums, reference_sums, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(inertia, distances.sum(), rtol=1e-9 if dtype == np.float64
+                               else 1e-4)
+
+
+def test_equal_distances_in_later_blocks_go_to_the_lowest_center():
+    """Ties inside a vector, across the vectors of a block and across blocks."""
+    k = 200
+    centers = np.zeros((k, 2))
+    X = np.zeros((3 * TILE_ROWS + 1, 2))
+    X[:, 0] = 5.0
+    for j in (37, 38, 100, 170, 199):  # equally near, nearer than the others
+        centers[j] = [5.0, 1.0]
+    labels = np.full(len(X), -1, np.int32)
+    assign(X, centers, labels)
+    np.testing.assert_array_equal(labels, 37)
+
+
+def test_strided_rows_are_copied_not_misread():
+    X, centers = _data(n=300, d=6, dtype=np.float32, seed=4)
+    wide = np.zeros((300, 12), np.float32)
+    wide[:, ::2] = X
+    labels, strided = np.empty(300, np.int32), np.empty(300, np.int32)
+    assign(X, centers, labels)
+    assign(wide[:, ::2], centers, strided)
+    np.testing.assert_array_equal(strided, labels)
+    assert CHUNK_ROWS % TILE_ROWS == 0
 
 
 def test_nan_rows_stay_visible():

@@ -306,84 +306,80 @@ def nearest_tile(typingctx, X, row0, neg2t, norms, nearest, out0):
 
 
 @intrinsic
-def lloyd_tile(typingctx, X, row0, stop, neg2t, norms, sums, best, nearest, out0):
+def lloyd_tile(typingctx, X, row0, stop, neg2t, norms, labels, sums, counts, best, out0):
     """:func:`nearest_tile` and, for the tile's rows before ``stop``, the Lloyd update.
 
-    For row ``r = row0 + i < stop`` with nearest center ``j``:
-    ``sums[j, :d] += X[r]`` (float64), ``nearest[out0 + i] = j`` and
-    ``best[out0 + i] = ||X[r]||^2 + ||c_j||^2 - 2 X[r].c_j`` (float64: the
-    squared distance in GEMM form, which rounding can make slightly negative).
+    For row ``r = row0 + i < stop`` with nearest center ``j``: ``labels[r] =
+    j``, ``sums[j, :d] += X[r]`` (float64), ``counts[j] += 1`` and ``best[out0
+    + i] = ||c_j||^2 - 2 X[r].c_j`` (widened to float64). Returns how many of
+    these rows changed label.
 
     Parameters
     ----------
-    X, row0, neg2t, norms, nearest, out0
+    X, row0, neg2t, norms, out0
         As in :func:`nearest_tile`.
     stop : int64
-        Rows from ``stop`` on are searched but not counted.
+        Rows from ``stop`` on are searched but not updated.
+    labels : ndarray of int32, shape (n,)
     sums : ndarray of float64, shape (k, >= d), C-contiguous
+    counts : ndarray of int64, shape (k,)
     best : ndarray of float64, at least ``out0 + TILE_ROWS`` long
     """
-    _check_tile_types(X, neg2t, norms, nearest)
-    if not (isinstance(sums, types.Array) and sums.dtype == types.float64 and sums.ndim == 2
-            and sums.layout == "C"):
-        raise TypingError(f"lloyd_tile: sums must be a C-contiguous 2-D float64 array, got {sums}")
-    if not (isinstance(best, types.Array) and best.dtype == types.float64):
-        raise TypingError(f"lloyd_tile: best must be a float64 array, got {best}")
-    signature = types.void(X, types.int64, types.int64, neg2t, norms, sums, best, nearest,
-                           types.int64)
+    _check_tile_types(X, neg2t, norms, labels)
+    for name, array, dtype, ndim in (("sums", sums, types.float64, 2),
+                                     ("counts", counts, types.int64, 1),
+                                     ("best", best, types.float64, 1)):
+        if not (isinstance(array, types.Array) and array.dtype == dtype and array.ndim == ndim
+                and array.layout == "C"):
+            raise TypingError(f"lloyd_tile: {name} must be a C-contiguous {ndim}-D {dtype} "
+                              f"array, got {array}")
+    signature = types.int64(X, types.int64, types.int64, neg2t, norms, labels, sums, counts,
+                            best, types.int64)
 
     def codegen(context, builder, sig, args):
-        X_arg, row0, stop, _, _, sums_arg, best_arg, nearest_arg, out0 = args
+        X_arg, row0, stop, neg2t_arg, norms_arg, labels_arg, sums_arg, counts_arg, best_arg, \
+            out0 = args
         tile = _NearestTile(context, builder, (sig.args[0], X_arg), row0,
-                            (sig.args[3], args[3]), (sig.args[4], args[4]))
+                            (sig.args[3], neg2t_arg), (sig.args[4], norms_arg))
         tile.emit()
-        sums_array = context.make_array(sig.args[5])(context, builder, sums_arg)
+        sums_array = context.make_array(sig.args[6])(context, builder, sums_arg)
         stride = cgutils.unpack_tuple(builder, sums_array.shape, 2)[1]
-        double = ir.DoubleType()
+        changed = cgutils.alloca_once_value(builder, _I64(0))
         for i in range(TILE_ROWS):
-            with builder.if_then(builder.icmp_signed("<", builder.add(row0, _I64(i)), stop),
-                                 likely=True):
+            row = builder.add(row0, _I64(i))
+            with builder.if_then(builder.icmp_signed("<", row, stop), likely=True):
                 j = builder.load(tile.best_index[i])
-                sum_line = builder.gep(sums_array.data, [builder.mul(builder.sext(j, _I64),
-                                                                     stride)])
-                squared_norm = _emit_add_row(builder, sum_line, tile.rows[i], tile.n_features,
-                                             tile.element, tile.lanes)
+                j64 = builder.sext(j, _I64)
+                label = _element_pointer(context, builder, sig.args[5], labels_arg, row)
+                moved = builder.zext(builder.icmp_signed("!=", builder.load(label), j), _I64)
+                builder.store(builder.add(builder.load(changed), moved), changed)
+                builder.store(j, label)
+                count = _element_pointer(context, builder, sig.args[7], counts_arg, j64)
+                builder.store(builder.add(builder.load(count), _I64(1)), count)
+                _emit_add_row(builder, builder.gep(sums_array.data, [builder.mul(j64, stride)]),
+                              tile.rows[i], tile.n_features, tile.element, tile.lanes)
                 distance = builder.load(tile.best_value[i])
-                if tile.element != double:
-                    distance = builder.fpext(distance, double)
-                out = builder.add(out0, _I64(i))
-                builder.store(builder.fadd(squared_norm, distance), _element_pointer(
-                    context, builder, sig.args[6], best_arg, out))
-                builder.store(j, _element_pointer(context, builder, sig.args[7], nearest_arg,
-                                                  out))
-        return context.get_dummy_value()
+                if tile.element != ir.DoubleType():
+                    distance = builder.fpext(distance, ir.DoubleType())
+                builder.store(distance, _element_pointer(context, builder, sig.args[8], best_arg,
+                                                         builder.add(out0, _I64(i))))
+        return builder.load(changed)
 
     return signature, codegen
 
 
 def _emit_add_row(builder, sum_line, x_line, n_features, element, lanes):
-    """IR: ``sum_line[:d] += x_line[:d]`` in float64; returns the row's squared norm
-    (float64, summed in the row's precision lane by lane, then across the lanes)."""
+    """IR: ``sum_line[:d] += x_line[:d]``, widened to float64 vector by vector."""
     double = ir.DoubleType()
-    vty, wide = ir.VectorType(element, lanes), ir.VectorType(double, lanes)
-    squares = cgutils.alloca_once_value(builder, ir.Constant(vty, [ir.Constant(element, 0.0)]
-                                                             * lanes))
+    wide = ir.VectorType(double, lanes)
     whole = builder.mul(builder.udiv(n_features, _I64(lanes)), _I64(lanes))
     with cgutils.for_range_slice(builder, _I64(0), whole, _I64(lanes)) as (f, _):
         x = _load_vector(builder, builder.gep(x_line, [f]), lanes)
         target = builder.bitcast(builder.gep(sum_line, [f]), wide.as_pointer())
         widened = builder.fpext(x, wide) if element != double else x
         builder.store(builder.fadd(builder.load(target, align=8), widened), target, align=8)
-        builder.store(builder.fadd(builder.load(squares), builder.fmul(x, x)), squares)
-    total = _horizontal(builder, builder.load(squares), lambda b, u, v: b.fadd(u, v))
-    total = cgutils.alloca_once_value(builder, builder.fpext(total, double)
-                                      if element != double else total)
     with cgutils.for_range_slice(builder, whole, n_features, _I64(1)) as (f, _):
         x = builder.load(builder.gep(x_line, [f]))
         target = builder.gep(sum_line, [f])
         widened = builder.fpext(x, double) if element != double else x
         builder.store(builder.fadd(builder.load(target), widened), target)
-        square = builder.fmul(x, x)
-        square = builder.fpext(square, double) if element != double else square
-        builder.store(builder.fadd(builder.load(total), square), total)
-    return builder.load(total)

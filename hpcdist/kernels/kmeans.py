@@ -30,7 +30,9 @@ on the host, they are small) run plain CuPy array expressions.
 Functions
 ---------
 column_moments(X) -> (mean, m2)
-lloyd_step(X, centers, labels, sums, counts, *, chunk_rows, n_blocks) -> (inertia, n_changed)
+row_squared_norms(X) -> squared_norms
+lloyd_step(X, centers, labels, sums, counts, *, squared_norms, chunk_rows, n_blocks)
+    -> (inertia, n_changed)
 assign(X, centers, labels, counts=None, sq_distances=None, *, chunk_rows, n_blocks) -> inertia
 labelled_inertia(X, centers, labels, *, n_blocks) -> inertia
 candidate_potentials(X, candidates, closest, out, *, n_blocks) -> potentials
@@ -41,7 +43,8 @@ from ._arrays import aligned_empty, is_cupy
 from ._simd import CENTER_PADDING, TILE_ROWS, lloyd_tile, nearest_tile
 from .._numba import JIT, JIT_PARALLEL, njit, num_threads, prange
 
-__all__ = ["CHUNK_ROWS", "default_blocks", "column_moments", "lloyd_step", "assign",
+__all__ = ["CHUNK_ROWS", "default_blocks", "column_moments", "row_squared_norms", "lloyd_step",
+           "assign",
            "labelled_inertia", "candidate_potentials"]
 
 #: Rows per chunk, a whole number of register tiles: the unit that thread blocks split
@@ -81,17 +84,12 @@ def _prepared_centers(centers, dtype):
 
 
 @njit(**JIT)
-def _chunk_buffers(chunk_rows):
-    """``best`` (float64) and ``nearest`` for one chunk, with room for a last partial tile."""
-    return np.empty(chunk_rows + TILE_ROWS), np.empty(chunk_rows + TILE_ROWS, np.int32)
-
-
-@njit(**JIT)
-def _clamped_sum(values, m):
-    """``sum(max(values[:m], 0))``, vectorised (no single chain of dependent adds)."""
+def _row_inertia(best, squared_norms, start, stop):
+    """``sum(max(squared_norms[start:stop] + best[:stop - start], 0))``: the chunk's
+    squared distances in GEMM form (rounding can make one slightly negative), vectorised."""
     total = 0.0
-    for i in range(m):
-        total += max(values[i], 0.0)
+    for i in range(stop - start):
+        total += max(squared_norms[start + i] + best[i], 0.0)
     return total
 
 
@@ -110,42 +108,47 @@ def _squared_distance(X, i, centers, j):
 # the block function directly: no parallel region to enter (costly on a loaded machine).
 
 @njit(**JIT)
-def _lloyd_block(X, neg2t, norms, labels, chunk_rows, first, last, sums, counts):
-    """Chunks ``first:last``: labels, sums and counts added to; returns (inertia, changed)."""
+def _lloyd_block(X, squared_norms, neg2t, norms, labels, chunk_rows, first, last, sums,
+                 counts):
+    """Chunks ``first:last``: labels set, sums (float64) and counts (int64) added to;
+    returns (inertia, changed)."""
     n = X.shape[0]
-    best, nearest = _chunk_buffers(chunk_rows)
+    best = np.empty(chunk_rows + TILE_ROWS)
     inertia = 0.0
     changed = 0
     for c in range(first, last):
         start = c * chunk_rows
         stop = min(start + chunk_rows, n)
         for row in range(start, stop, TILE_ROWS):
-            lloyd_tile(X, row, stop, neg2t, norms, sums, best, nearest, row - start)
-        for i in range(stop - start):
-            j = nearest[i]
-            if labels[start + i] != j:
-                changed += 1
-                labels[start + i] = j
-            counts[j] += 1.0
-        inertia += _clamped_sum(best, stop - start)
+            changed += lloyd_tile(X, row, stop, neg2t, norms, labels, sums, counts, best,
+                                  row - start)
+        inertia += _row_inertia(best, squared_norms, start, stop)
     return inertia, changed
 
 
 @njit(**JIT_PARALLEL)
-def _lloyd_kernel(X, neg2t, norms, labels, part_sums, counts, chunk_rows):
-    n_blocks, k = part_sums.shape[0], counts.size
+def _lloyd_kernel(X, squared_norms, neg2t, norms, labels, part_sums, part_counts, chunk_rows):
+    n_blocks = part_sums.shape[0]
     n_chunks = (X.shape[0] + chunk_rows - 1) // chunk_rows
-    part_counts = np.zeros((n_blocks, k))
     part_inertia = np.zeros(n_blocks)
     part_changed = np.zeros(n_blocks, np.int64)
     for b in prange(n_blocks):
         part_inertia[b], part_changed[b] = _lloyd_block(
-            X, neg2t, norms, labels, chunk_rows, b * n_chunks // n_blocks,
+            X, squared_norms, neg2t, norms, labels, chunk_rows, b * n_chunks // n_blocks,
             (b + 1) * n_chunks // n_blocks, part_sums[b], part_counts[b])
-    for b in range(n_blocks):
-        for j in range(k):
-            counts[j] += part_counts[b, j]
     return part_inertia.sum(), part_changed.sum()
+
+
+@njit(**JIT_PARALLEL)
+def _squared_norms_kernel(X):
+    out = np.empty(X.shape[0])
+    for i in prange(X.shape[0]):
+        q = 0.0
+        for f in range(X.shape[1]):
+            x = np.float64(X[i, f])
+            q += x * x
+        out[i] = q
+    return out
 
 
 @njit(**JIT)
@@ -305,7 +308,7 @@ def _cupy_row_norms(X):
     return (X.astype(cupy.float64) ** 2).sum(axis=1)
 
 
-def _cupy_lloyd_step(X, centers, labels, sums, counts):
+def _cupy_lloyd_step(X, centers, labels, sums, counts, squared_norms):
     import cupy
     import cupyx
 
@@ -317,7 +320,9 @@ def _cupy_lloyd_step(X, centers, labels, sums, counts):
     cupyx.scatter_add(device_sums, nearest, X.astype(cupy.float64))
     sums += cupy.asnumpy(device_sums)
     counts += cupy.asnumpy(cupy.bincount(nearest, minlength=k)).astype(np.float64)
-    inertia = cupy.maximum(best.astype(cupy.float64) + _cupy_row_norms(X), 0.0).sum()
+    if squared_norms is None:
+        squared_norms = _cupy_row_norms(X)
+    inertia = cupy.maximum(best.astype(cupy.float64) + squared_norms, 0.0).sum()
     return float(inertia), changed
 
 
@@ -391,7 +396,15 @@ def column_moments(X, *, n_blocks=None):
     return _column_moments_kernel(X, n_blocks)
 
 
-def lloyd_step(X, centers, labels, sums, counts, *, chunk_rows=CHUNK_ROWS, n_blocks=None):
+def row_squared_norms(X):
+    """``||X[i]||^2`` of every row, in float64 (what :func:`lloyd_step` takes to skip them)."""
+    if is_cupy(X):
+        return _cupy_row_norms(X)
+    return _squared_norms_kernel(np.ascontiguousarray(X))
+
+
+def lloyd_step(X, centers, labels, sums, counts, *, squared_norms=None, chunk_rows=CHUNK_ROWS,
+               n_blocks=None):
     """One fused Lloyd pass over this rank's rows (assignment + accumulation).
 
     Parameters
@@ -404,6 +417,10 @@ def lloyd_step(X, centers, labels, sums, counts, *, chunk_rows=CHUNK_ROWS, n_blo
         Incremented by the sum of the rows assigned to each center.
     counts : ndarray of float64, shape (k,)
         Incremented by the number of rows assigned to each center.
+    squared_norms : ndarray of float64, shape (n,), optional
+        ``row_squared_norms(X)``, for the inertia; computed here (one more
+        pass over ``X``) when not given. A Lloyd run passes them once for all
+        its iterations.
     chunk_rows : int, optional
         Rows per chunk, the unit thread blocks are made of (default ``CHUNK_ROWS``).
     n_blocks : int, optional
@@ -421,22 +438,26 @@ def lloyd_step(X, centers, labels, sums, counts, *, chunk_rows=CHUNK_ROWS, n_blo
     if not len(X):
         return 0.0, 0
     if is_cupy(X):
-        return _cupy_lloyd_step(X, centers, labels, sums, counts)
+        return _cupy_lloyd_step(X, centers, labels, sums, counts, squared_norms)
     X = np.ascontiguousarray(X)
+    if squared_norms is None:
+        squared_norms = row_squared_norms(X)
     if n_blocks is None:
         n_blocks = default_blocks(len(X), chunk_rows)
     neg2t, norms = _prepared_centers(centers, X.dtype)
     part_sums = aligned_empty((n_blocks,) + sums.shape, np.float64)  # aligned rows: no split
     part_sums[...] = 0.0                                             # loads or stores
+    part_counts = np.zeros((n_blocks, len(counts)), np.int64)
     if n_blocks == 1:
         n_chunks = -(-len(X) // chunk_rows)
-        inertia, changed = _lloyd_block(X, neg2t, norms, labels, chunk_rows, 0, n_chunks,
-                                        part_sums[0], counts)
+        inertia, changed = _lloyd_block(X, squared_norms, neg2t, norms, labels, chunk_rows, 0,
+                                        n_chunks, part_sums[0], part_counts[0])
     else:
-        inertia, changed = _lloyd_kernel(X, neg2t, norms, labels, part_sums, counts,
-                                         chunk_rows)
-    for block_sums in part_sums:
+        inertia, changed = _lloyd_kernel(X, squared_norms, neg2t, norms, labels, part_sums,
+                                         part_counts, chunk_rows)
+    for block_sums, block_counts in zip(part_sums, part_counts):
         sums += block_sums
+        counts += block_counts
     return float(inertia), int(changed)
 
 

@@ -18,7 +18,8 @@ import numpy as np
 from ..comm.movement import allgather
 from ..kernels._arrays import is_cupy
 from ..comm.reductions import allreduce
-from ..kernels.kmeans import assign, column_moments, labelled_inertia, lloyd_step
+from ..kernels.kmeans import (assign, column_moments, labelled_inertia, lloyd_step,
+                              row_squared_norms)
 
 __all__ = ["array_module", "to_host", "global_mean_variance",
            "LloydState", "lloyd_iteration", "lloyd_labels", "LloydStart", "LloydRun", "run_lloyd",
@@ -71,6 +72,8 @@ class LloydState:
     labels : ndarray of int32, shape (n_local,)
     packed : ndarray of float64, shape (k * d + k + 2,)
         The allreduce buffer; ``sums`` and ``counts`` are views of it.
+    squared_norms : ndarray of float64, shape (n_local,)
+        The rows' squared norms, for the inertia of every iteration.
     """
 
     def __init__(self, X, centers, labels=None):
@@ -81,6 +84,7 @@ class LloydState:
         self.packed = np.zeros(k * d + k + 2)
         self.sums = self.packed[:k * d].reshape(k, d)
         self.counts = self.packed[k * d:k * d + k]
+        self.squared_norms = row_squared_norms(X)
 
 
 def lloyd_iteration(X, state, shards, ctx):
@@ -99,7 +103,8 @@ def lloyd_iteration(X, state, shards, ctx):
     """
     packed = state.packed
     packed[:] = 0.0
-    inertia, changed = lloyd_step(X, state.centers, state.labels, state.sums, state.counts)
+    inertia, changed = lloyd_step(X, state.centers, state.labels, state.sums, state.counts,
+                                  squared_norms=state.squared_norms)
     packed[-2] = inertia
     packed[-1] = changed
     if ctx.size > 1:

@@ -7,17 +7,17 @@ intrinsics are inlined into the calling ``@njit`` function (no call, no
 compiled extension) and cached with it.
 
 :func:`nearest_tile` is a fused distance + argmin micro-kernel: for
-``TILE_ROWS`` rows at once it accumulates ``x . (-2 c)`` for a block of
-centers in ``TILE_ROWS x vectors`` vector registers (one broadcast of ``x[p]``
-and one fused multiply-add per register and feature, the classic sgemm
-register tile), adds ``||c||^2`` and reduces the block to each row's minimum
-and its first center before the next block. The ``(rows, centers)``
-distance matrix is never stored.
+``TILE_ROWS`` rows at once it accumulates ``||c||^2 + x . (-2 c)`` for a
+block of centers in ``TILE_ROWS x vectors`` vector registers (one broadcast
+of ``x[p]`` and one fused multiply-add per register and feature, the classic
+sgemm register tile) and reduces the block to each row's minimum and its
+first center before the next block. The ``(rows, centers)`` distance matrix
+is never stored.
 
 :func:`lloyd_tile` is the same search followed by the Lloyd update of each
-row while it is in L1: ``sums[nearest] += x`` in float64, vector by vector,
-and the row's squared distance in GEMM form. Both prefetch the rows a few
-tiles ahead.
+row while it is in L1: its label, its cluster's count, ``sums[nearest] +=
+x`` in float64 vector by vector, and its smallest ``||c||^2 - 2 x.c``. Both
+prefetch the rows a few tiles ahead.
 
 The vector width and the register budget come from the CPU Numba compiles
 for (``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES``, else the host): 512-bit
@@ -223,11 +223,13 @@ class _NearestTile:
     def _block(self, first, n_vectors):
         """Centers ``first:first + n_vectors * lanes`` for every row of the tile."""
         builder = self.builder
-        zero = ir.Constant(self.vty, [ir.Constant(self.element, 0.0)] * self.lanes)
+        # the accumulators start at ||c||^2: no add per row and vector after the loop
+        norms = [_load_vector(builder, builder.gep(self.norms, [builder.add(
+            first, _I64(v * self.lanes))]), self.lanes) for v in range(n_vectors)]
         accumulators = [row[:n_vectors] for row in self.accumulators]
         for row in accumulators:
-            for slot in row:
-                builder.store(zero, slot)
+            for slot, norm in zip(row, norms):
+                builder.store(norm, slot)
         with cgutils.for_range(builder, self.n_features) as loop:
             feature = loop.index
             line = builder.gep(self.neg2t, [builder.add(builder.mul(feature, self.padded), first)])
@@ -238,11 +240,9 @@ class _NearestTile:
                 for slot, center in zip(row, centers):
                     builder.store(builder.call(self.fmuladd, [x, center, builder.load(slot)]),
                                   slot)
-        norms = [_load_vector(builder, builder.gep(self.norms, [builder.add(
-            first, _I64(v * self.lanes))]), self.lanes) for v in range(n_vectors)]
         first32 = builder.trunc(first, _I32)
         for i, row in enumerate(accumulators):
-            distances = [builder.fadd(builder.load(slot), norm) for slot, norm in zip(row, norms)]
+            distances = [builder.load(slot) for slot in row]
             smallest = distances[0]
             for vector in distances[1:]:
                 smallest = _smaller(builder, vector, smallest)

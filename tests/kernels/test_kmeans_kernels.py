@@ -1,9 +1,16 @@
 """K-means kernels against plain NumPy: the fused Lloyd pass, assignment, k-means++ trials."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
+from hpcdist.kernels._arrays import aligned_empty
+from hpcdist.kernels._simd import _vector_plan
 from hpcdist.kernels.kmeans import (CHUNK_ROWS, TILE_ROWS, assign, column_moments,
-                                    candidate_potentials, labelled_inertia, lloyd_step)
+                                    candidate_potentials, labelled_inertia, lloyd_step,
+                                    row_squared_norms)
 
 DTYPES = (np.float32, np.float64)
 
@@ -196,3 +203,68 @@ def test_column_moments(dtype, n_blocks):
     np.testing.assert_allclose(m2, ((X64 - X64.mean(axis=0)) ** 2).sum(axis=0), rtol=1e-9)
     empty_mean, empty_m2 = column_moments(np.empty((0, 6), dtype))
     assert not empty_mean.any() and not empty_m2.any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_given_squared_norms_give_the_same_step(dtype):
+    X, centers = _data(n=500, d=5, dtype=dtype, seed=6)
+    norms = row_squared_norms(X)
+    np.testing.assert_allclose(norms, (X.astype(np.float64) ** 2).sum(axis=1), rtol=1e-12)
+    results = []
+    for given in (None, norms):
+        labels = np.full(len(X), -1, np.int32)
+        sums, counts = np.zeros(centers.shape), np.zeros(len(centers))
+        results.append(lloyd_step(X, centers, labels, sums, counts, squared_norms=given))
+    assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("shape,dtype", [((7,), np.float32), ((5, 3), np.float64),
+                                         ((0, 4), np.float32), ((2, 3, 5), np.int32)])
+def test_aligned_empty(shape, dtype):
+    a = aligned_empty(shape, dtype)
+    assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
+    assert a.ctypes.data % 64 == 0 or a.size == 0
+    a[...] = 1  # writable, its own memory
+    assert aligned_empty((3,), np.float64, alignment=128).ctypes.data % 128 == 0
+
+
+def test_vector_plans():
+    assert _vector_plan({"avx512f", "avx2", "avx"}) == (64, 4)
+    assert _vector_plan({"avx2", "avx", "fma"}) == (32, 2)
+    assert _vector_plan(set()) == (16, 2)
+
+
+_OTHER_CPU_SCRIPT = """
+import numpy as np
+from hpcdist.kernels import _simd
+from hpcdist.kernels.kmeans import assign, lloyd_step
+assert _simd._VECTOR_BYTES == {bytes}, _simd._VECTOR_BYTES
+rng = np.random.default_rng(0)
+for dtype in (np.float32, np.float64):
+    X = rng.normal(size=(301, 19)).astype(dtype)
+    centers = rng.normal(size=(37, 19)).astype(dtype)
+    sq = ((X[:, None].astype(np.float64) - centers[None]) ** 2).sum(-1)
+    labels = np.full(len(X), -1, np.int32)
+    sums, counts = np.zeros(centers.shape), np.zeros(len(centers))
+    lloyd_step(X, centers, labels, sums, counts)
+    assert (labels == sq.argmin(axis=1)).all()
+    assert (counts == np.bincount(labels, minlength=37)).all()
+    other = np.empty(len(X), np.int32)
+    assign(X, centers, other)
+    assert (other == labels).all()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("cpu,vector_bytes", [("haswell", 32), ("generic", 16)])
+def test_kernels_compiled_for_narrower_vectors(tmp_path, cpu, vector_bytes):
+    """The AVX2 and 128-bit register tiles, compiled for another CPU Numba targets (the
+    code runs here: this machine has those instructions)."""
+    env = dict(os.environ, NUMBA_CPU_NAME=cpu, NUMBA_CACHE_DIR=str(tmp_path))
+    if cpu == "haswell":
+        env["NUMBA_CPU_FEATURES"] = "+avx,+avx2,+fma,+sse4.2,+popcnt,+bmi,+bmi2,+f16c"
+    else:
+        env.pop("NUMBA_CPU_FEATURES", None)
+    done = subprocess.run([sys.executable, "-c", _OTHER_CPU_SCRIPT.format(bytes=vector_bytes)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]

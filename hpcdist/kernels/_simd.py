@@ -255,12 +255,12 @@ class _NearestTile:
                           self.best_index[i])
 
 
-def _check_tile_types(X, neg2t, norms, nearest):
+def _check_tile_types(X, neg2t, norms, labels, labels_name):
     _float_arrays(X, neg2t, norms)
     if not (X.dtype == neg2t.dtype == norms.dtype):
         raise TypingError("X, neg2t and norms need one dtype")
-    if not (isinstance(nearest, types.Array) and nearest.dtype == types.int32):
-        raise TypingError(f"nearest must be an int32 array, got {nearest}")
+    if not (isinstance(labels, types.Array) and labels.dtype == types.int32):
+        raise TypingError(f"{labels_name} must be an int32 array, got {labels}")
 
 
 def _element_pointer(context, builder, array_type, value, index):
@@ -289,7 +289,7 @@ def nearest_tile(typingctx, X, row0, neg2t, norms, nearest, out0):
     nearest : ndarray of int32, at least ``out0 + TILE_ROWS`` long
     out0 : int64
     """
-    _check_tile_types(X, neg2t, norms, nearest)
+    _check_tile_types(X, neg2t, norms, nearest, "nearest")
     signature = types.void(X, types.int64, neg2t, norms, nearest, types.int64)
 
     def codegen(context, builder, sig, args):
@@ -325,7 +325,7 @@ def lloyd_tile(typingctx, X, row0, stop, neg2t, norms, labels, sums, counts, bes
     counts : ndarray of int64, shape (k,)
     best : ndarray of float64, at least ``out0 + TILE_ROWS`` long
     """
-    _check_tile_types(X, neg2t, norms, labels)
+    _check_tile_types(X, neg2t, norms, labels, "labels")
     for name, array, dtype, ndim in (("sums", sums, types.float64, 2),
                                      ("counts", counts, types.int64, 1),
                                      ("best", best, types.float64, 1)):

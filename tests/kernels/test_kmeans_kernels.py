@@ -268,3 +268,21 @@ def test_kernels_compiled_for_narrower_vectors(tmp_path, cpu, vector_bytes):
     done = subprocess.run([sys.executable, "-c", _OTHER_CPU_SCRIPT.format(bytes=vector_bytes)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_tile_kernels_reject_wrong_types_at_compile_time():
+    from numba import njit
+    from numba.core.errors import TypingError
+
+    from hpcdist.kernels._simd import nearest_tile
+
+    @njit
+    def search(X, neg2t, norms, nearest):
+        nearest_tile(X, 0, neg2t, norms, nearest, 0)
+
+    X = np.zeros((4, 3), np.float32)
+    with pytest.raises(TypingError, match="nearest must be an int32 array"):
+        search(X, np.zeros((3, 16), np.float32), np.zeros(16, np.float32),
+               np.zeros(8, np.int64))
+    with pytest.raises(TypingError, match="need one dtype"):
+        search(X, np.zeros((3, 16)), np.zeros(16), np.zeros(8, np.int32))

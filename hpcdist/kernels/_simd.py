@@ -209,7 +209,8 @@ class _NearestTile:
             builder.call(prefetch, [builder.gep(start, [offset]), _I32(0), _I32(3), _I32(1)])
 
     def emit(self):
-        """The search over all (padded) centers: blocks of vectors, then single vectors."""
+        """The search over all (padded) centers: whole blocks of vectors, then one block
+        of the 1 to ``_BLOCK_VECTORS - 1`` vectors left (a pass over the features each)."""
         builder = self.builder
         per_block = _BLOCK_VECTORS * self.lanes
         full = builder.udiv(self.padded, _I64(per_block))
@@ -217,8 +218,9 @@ class _NearestTile:
             self._block(builder.mul(loop.index, _I64(per_block)), _BLOCK_VECTORS)
         done = builder.mul(full, _I64(per_block))
         rest = builder.udiv(builder.sub(self.padded, done), _I64(self.lanes))
-        with cgutils.for_range(builder, rest) as loop:
-            self._block(builder.add(done, builder.mul(loop.index, _I64(self.lanes))), 1)
+        for n_vectors in range(1, _BLOCK_VECTORS):
+            with builder.if_then(builder.icmp_unsigned("==", rest, _I64(n_vectors))):
+                self._block(done, n_vectors)
 
     def _block(self, first, n_vectors):
         """Centers ``first:first + n_vectors * lanes`` for every row of the tile."""

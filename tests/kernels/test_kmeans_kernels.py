@@ -139,11 +139,12 @@ def test_empty_inputs():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n,d,k", [(1, 1, 1), (5, 3, 2), (TILE_ROWS + 1, 17, 16), (97, 33, 65),
-                                   (250, 8, 130), (61, 64, 300)])
+@pytest.mark.parametrize("n,d,k", [(1, 1, 1), (5, 3, 2), (TILE_ROWS + 1, 17, 16), (33, 5, 20),
+                                   (97, 33, 65), (250, 8, 130), (61, 64, 300)])
 def test_nearest_centers_any_shape(dtype, n, d, k):
     """Rows not a multiple of the register tile, centers not a multiple of a vector or a
-    block of vectors, features not a multiple of a vector."""
+    block of vectors (1, 2 or 3 vectors left after whole blocks), features not a multiple of
+    a vector."""
     X, centers = _data(n=n, d=d, k=k, dtype=dtype, seed=n + k)
     labels = np.full(n, -1, np.int32)
     sums, counts = np.zeros((k, d)), np.zeros(k)

@@ -34,7 +34,7 @@ CENTER_PADDING : int
     The padded center count of the tiles is a multiple of this.
 PREFETCH_ROWS : int
 nearest_tile(X, row0, neg2t, norms, nearest, out0)
-lloyd_tile(X, row0, stop, neg2t, norms, sums, best, nearest, out0)
+lloyd_tile(X, row0, stop, neg2t, norms, labels, sums, counts, best, out0) -> n_changed
 """
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -51,7 +51,7 @@ TILE_ROWS = 6
 #: Padded center count multiple: a whole number of vectors at every width (16 float32).
 CENTER_PADDING = 16
 
-#: Rows ahead of the current tile that :func:`nearest_tile` prefetches: 12-96 measured
+#: Rows ahead of the current tile that the tiles prefetch: 12-96 measured
 #: alike (about 10% faster than none on 64 MB of rows), 24 = four tiles.
 PREFETCH_ROWS = 4 * TILE_ROWS
 

@@ -11,11 +11,12 @@ register-blocked micro-kernel (:func:`hpcdist.kernels._simd.nearest_tile`,
 LLVM vector IR): ``TILE_ROWS`` rows at a time, the dot products of a block of
 centers accumulate in vector registers and are reduced to each row's nearest
 center at once, so the ``(rows, centers)`` distances never reach memory (ties
-go to the lowest center, like scikit-learn). In the same pass over a chunk of
-``chunk_rows`` rows come the per-cluster sums (float64) and counts, the
-inertia and the number of changed labels. The inertia of :func:`lloyd_step`
-comes from the GEMM form (``||x||^2`` is summed with the sums, at no extra
-load); the inertia of :func:`assign` and :func:`labelled_inertia` is exact
+go to the lowest center, like scikit-learn). :func:`lloyd_step` updates each
+tile's rows while they are in L1 (:func:`hpcdist.kernels._simd.lloyd_tile`):
+labels, the per-cluster sums (float64) and counts, the number of changed
+labels; its inertia comes from the GEMM form (``||x||^2``, computed once per
+run by :func:`row_squared_norms`, plus each row's smallest ``||c||^2 - 2
+x.c``). The inertia of :func:`assign` and :func:`labelled_inertia` is exact
 (``sum((x - c)^2)`` in float64), for final results. Chunks are split into
 ``n_blocks`` contiguous blocks, one per thread (``prange``), each with its
 own partial sums merged at the end, so the result is deterministic for a
@@ -44,13 +45,11 @@ from ._simd import CENTER_PADDING, TILE_ROWS, lloyd_tile, nearest_tile
 from .._numba import JIT, JIT_PARALLEL, njit, num_threads, prange
 
 __all__ = ["CHUNK_ROWS", "default_blocks", "column_moments", "row_squared_norms", "lloyd_step",
-           "assign",
-           "labelled_inertia", "candidate_potentials"]
+           "assign", "labelled_inertia", "candidate_potentials"]
 
 #: Rows per chunk, a whole number of register tiles: the unit that thread blocks split
 #: (a kernel's result depends on its blocks, not on the chunk size).
 CHUNK_ROWS = 64 * TILE_ROWS
-
 
 #: chunks per thread below which a kernel runs serially (no parallel region)
 MIN_CHUNKS_PER_BLOCK = 8

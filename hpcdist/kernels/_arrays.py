@@ -3,8 +3,8 @@ import operator
 
 import numpy as np
 
-__all__ = ["aligned_empty", "is_cupy", "flat_float", "flat_out", "check_same_size", "check_int", "check_dtype",
-           "n_chunks", "FLOAT_DTYPES"]
+__all__ = ["aligned_empty", "is_cupy", "flat_float", "flat_out", "check_same_size", "check_int",
+           "check_dtype", "n_chunks", "FLOAT_DTYPES"]
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 

@@ -62,8 +62,6 @@ def default_blocks(n_rows, chunk_rows):
     return int(max(1, min(num_threads(), chunks // MIN_CHUNKS_PER_BLOCK)))
 
 
-# -- Numba kernels (no validation) ----------------------------------------------------------
-
 def _prepared_centers(centers, dtype):
     """``-2 * centers.T`` (exact scaling, shape (d, k_padded)) and ``||c||^2`` in ``dtype``,
     64-byte aligned.
@@ -81,6 +79,8 @@ def _prepared_centers(centers, dtype):
     norms[:k] = (np.asarray(centers, np.float64) ** 2).sum(axis=1)
     return neg2t, norms
 
+
+# -- Numba kernels (no validation) ----------------------------------------------------------
 
 @njit(**JIT)
 def _row_inertia(best, squared_norms, start, stop):
@@ -444,8 +444,10 @@ def lloyd_step(X, centers, labels, sums, counts, *, squared_norms=None, chunk_ro
     if n_blocks is None:
         n_blocks = default_blocks(len(X), chunk_rows)
     neg2t, norms = _prepared_centers(centers, X.dtype)
-    part_sums = aligned_empty((n_blocks,) + sums.shape, np.float64)  # aligned rows: no split
-    part_sums[...] = 0.0                                             # loads or stores
+    # each block's sums in its own aligned buffer (no vector load split across cache lines),
+    # added to the caller's sums in block order
+    part_sums = aligned_empty((n_blocks,) + sums.shape, np.float64)
+    part_sums[...] = 0.0
     part_counts = np.zeros((n_blocks, len(counts)), np.int64)
     if n_blocks == 1:
         n_chunks = -(-len(X) // chunk_rows)

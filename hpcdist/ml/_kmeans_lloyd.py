@@ -25,6 +25,7 @@ __all__ = ["array_module", "to_host", "global_mean_variance",
            "LloydState", "lloyd_iteration", "lloyd_labels", "LloydStart", "LloydRun", "run_lloyd",
            "final_assignment", "same_clustering"]
 
+
 def array_module(x):
     """``cupy`` for a CuPy array, else ``numpy``."""
     if is_cupy(x):

@@ -70,8 +70,10 @@ def _centered_copy(X, mean):
     """``X - mean`` as a new C-contiguous array in ``mean``'s dtype (the kernels need C order;
     host rows start on a 64-byte boundary, which the vector kernels load fastest)."""
     xp = array_module(X)
-    out = xp.empty(X.shape, dtype=mean.dtype) if xp is not np else aligned_empty(X.shape,
-                                                                                  mean.dtype)
+    if xp is np:
+        out = aligned_empty(X.shape, mean.dtype)
+    else:
+        out = xp.empty(X.shape, dtype=mean.dtype)
     xp.subtract(X, xp.asarray(mean), out=out)
     return out
 

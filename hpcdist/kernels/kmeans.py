@@ -31,7 +31,7 @@ on the host, they are small) run plain CuPy array expressions.
 Functions
 ---------
 column_moments(X) -> (mean, m2)
-row_squared_norms(X) -> squared_norms
+row_squared_norms(X, *, n_blocks) -> squared_norms
 lloyd_step(X, centers, labels, sums, counts, *, squared_norms, chunk_rows, n_blocks)
     -> (inertia, n_changed)
 assign(X, centers, labels, counts=None, sq_distances=None, *, chunk_rows, n_blocks) -> inertia
@@ -138,16 +138,21 @@ def _lloyd_kernel(X, squared_norms, neg2t, norms, labels, part_sums, part_counts
     return part_inertia.sum(), part_changed.sum()
 
 
-@njit(**JIT_PARALLEL)
-def _squared_norms_kernel(X):
-    out = np.empty(X.shape[0])
-    for i in prange(X.shape[0]):
+@njit(**JIT)
+def _squared_norms_block(X, lo, hi, out):
+    for i in range(lo, hi):
         q = 0.0
         for f in range(X.shape[1]):
             x = np.float64(X[i, f])
             q += x * x
         out[i] = q
-    return out
+
+
+@njit(**JIT_PARALLEL)
+def _squared_norms_kernel(X, out, n_blocks):
+    n = X.shape[0]
+    for b in prange(n_blocks):
+        _squared_norms_block(X, b * n // n_blocks, (b + 1) * n // n_blocks, out)
 
 
 @njit(**JIT)
@@ -395,11 +400,18 @@ def column_moments(X, *, n_blocks=None):
     return _column_moments_kernel(X, n_blocks)
 
 
-def row_squared_norms(X):
+def row_squared_norms(X, *, n_blocks=None):
     """``||X[i]||^2`` of every row, in float64 (what :func:`lloyd_step` takes to skip them)."""
     if is_cupy(X):
         return _cupy_row_norms(X)
-    return _squared_norms_kernel(np.ascontiguousarray(X))
+    out = np.empty(len(X))
+    if n_blocks is None:
+        n_blocks = default_blocks(len(X), 256)
+    if n_blocks == 1:
+        _squared_norms_block(X, 0, len(X), out)
+    else:
+        _squared_norms_kernel(X, out, n_blocks)
+    return out
 
 
 def lloyd_step(X, centers, labels, sums, counts, *, squared_norms=None, chunk_rows=CHUNK_ROWS,

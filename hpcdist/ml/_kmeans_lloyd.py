@@ -175,7 +175,8 @@ def lloyd_labels(X, centers):
     centers = np.ascontiguousarray(centers, dtype=X.dtype)
     k, d = centers.shape
     labels = xp.full(len(X), -1, dtype=xp.int32)
-    lloyd_step(X, centers, labels, np.zeros((k, d)), np.zeros(k))
+    # zero row norms: the inertia is dropped, so no pass over X to compute them
+    lloyd_step(X, centers, labels, np.zeros((k, d)), np.zeros(k), squared_norms=xp.zeros(len(X)))
     return labels
 
 

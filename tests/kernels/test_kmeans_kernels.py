@@ -211,6 +211,7 @@ def test_given_squared_norms_give_the_same_step(dtype):
     X, centers = _data(n=500, d=5, dtype=dtype, seed=6)
     norms = row_squared_norms(X)
     np.testing.assert_allclose(norms, (X.astype(np.float64) ** 2).sum(axis=1), rtol=1e-12)
+    np.testing.assert_array_equal(row_squared_norms(X, n_blocks=3), norms)
     results = []
     for given in (None, norms):
         labels = np.full(len(X), -1, np.int32)

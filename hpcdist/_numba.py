@@ -3,8 +3,9 @@ the 16-bit float kernels of hpcdist.comm.halves).
 
 ``fastmath`` deliberately leaves out ``nnan`` and ``ninf`` so that NaN and
 infinity propagate through the kernels instead of being optimised away.
-Kernels that take compiled functions as arguments are cached once per
-function they are given.
+Cached kernels take no compiled functions as arguments: Numba would key their
+cache by the function object, new in every process (see
+:func:`hpcdist.comm.halves.half_format`).
 """
 import os
 

@@ -12,8 +12,8 @@ import numpy as np
 
 from .._numba import JIT, JIT_PARALLEL, njit, prange
 
-__all__ = ["f16_bits", "bf16_bits", "f16_value", "bf16_value", "f16_table", "half_format",
-           "half_sum_into"]
+__all__ = ["f16_bits", "bf16_bits", "f16_value", "bf16_value", "half_bits", "half_value",
+           "f16_table", "half_format", "half_sum_into"]
 
 _U32 = np.uint32
 # Numba widens uint32 arithmetic to 64 bits: every step is wrapped back to 32
@@ -62,6 +62,19 @@ def f16_value(h, table):
     return table[h]
 
 
+@njit(**JIT)
+def half_bits(bits, bfloat):
+    """16-bit bits of the float32 bits ``bits``: bfloat16 if ``bfloat``, else float16."""
+    return bf16_bits(bits) if bfloat else f16_bits(bits)
+
+
+@njit(**JIT)
+def half_value(h, table, bfloat):
+    """float32 value of the 16-bit bits ``h``: bfloat16 if ``bfloat``, else float16
+    (``table``: :func:`f16_table`)."""
+    return bf16_value(h, table) if bfloat else f16_value(h, table)
+
+
 _F16_TABLE = []  # float32 value of every float16 bit pattern, built on first use
 _NO_TABLE = np.zeros(1, np.float32)  # bfloat16's value_of takes a table it does not read
 
@@ -75,18 +88,27 @@ def f16_table():
 
 
 def half_format(kind):
-    """``(bits_of, value_of, table)`` of ``kind`` ("float16" or "bfloat16"): the
-    functions the kernels take (``value_of(h, table)``)."""
+    """``(bfloat, table)`` of ``kind`` ("float16" or "bfloat16"): what the kernels
+    pass to :func:`half_bits` and :func:`half_value`.
+
+    A flag, not the bit functions themselves: Numba keys a cached kernel that
+    takes a compiled function as an argument by that function object, so every
+    process compiled and cached it anew (a cache growing without end), and
+    saving the index could fail with "underlying object has vanished", which
+    inside an MPI reduction aborted the job. The branch on the flag is
+    loop-invariant; LLVM takes it out of the loops.
+    """
     if kind == "bfloat16":
-        return bf16_bits, bf16_value, _NO_TABLE
-    return f16_bits, f16_value, f16_table()
+        return True, _NO_TABLE
+    return False, f16_table()
 
 
 @njit(**JIT_PARALLEL)
-def _sum_kernel(incoming, accumulated, table, value_of, bits_of):
+def _sum_kernel(incoming, accumulated, table, bfloat):
     for i in prange(accumulated.size):
-        total = np.float32(value_of(incoming[i], table) + value_of(accumulated[i], table))
-        accumulated[i] = bits_of(total.view(np.uint32))
+        total = np.float32(half_value(incoming[i], table, bfloat)
+                           + half_value(accumulated[i], table, bfloat))
+        accumulated[i] = half_bits(total.view(np.uint32), bfloat)
 
 
 def half_sum_into(incoming, accumulated, kind):
@@ -102,5 +124,5 @@ def half_sum_into(incoming, accumulated, kind):
         Bit patterns; ``accumulated`` is overwritten with the sums.
     kind : {"float16", "bfloat16"}
     """
-    bits_of, value_of, table = half_format(kind)
-    _sum_kernel(incoming, accumulated, table, value_of, bits_of)
+    bfloat, table = half_format(kind)
+    _sum_kernel(incoming, accumulated, table, bfloat)

@@ -7,7 +7,7 @@ even; to float32, exact. Both equal NumPy's and ml_dtypes' casts bit for bit.
 import ml_dtypes
 import numpy as np
 
-from ..comm.halves import half_format
+from ..comm.halves import half_bits, half_format, half_value
 from ._arrays import check_dtype, flat_float, is_cupy
 from .._numba import JIT_PARALLEL, njit, prange
 
@@ -17,19 +17,18 @@ BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 _KINDS = {"float16": np.dtype(np.float16), "bfloat16": BFLOAT16}
 
 
-# The 16-bit format comes in as the functions bits_of (float32 bits -> 16-bit
-# bits) and value_of (16-bit bits -> float32) of hpcdist.comm.halves, which
-# Numba compiles into each specialisation.
+# The 16-bit format comes in as a flag (bfloat16 or float16) for the bit
+# functions of hpcdist.comm.halves (see half_format for why not the functions).
 @njit(**JIT_PARALLEL)
-def _narrow_kernel(u, out, bits_of):
+def _narrow_kernel(u, out, bfloat):
     for i in prange(u.size):
-        out[i] = bits_of(u[i])
+        out[i] = half_bits(u[i], bfloat)
 
 
 @njit(**JIT_PARALLEL)
-def _widen_kernel(h, table, out, value_of):
+def _widen_kernel(h, table, out, bfloat):
     for i in prange(h.size):
-        out[i] = value_of(h[i], table)
+        out[i] = half_value(h[i], table, bfloat)
 
 
 def to_half(x, kind="float16"):
@@ -71,9 +70,9 @@ def _narrow_into(x, kind, out):
 
 def _widen(bits, kind):
     """float32 values of ``bits``, the uint16 bit patterns of ``kind`` (exact)."""
-    _, value_of, table = half_format(kind)
+    bfloat, table = half_format(kind)
     out = np.empty(bits.size, np.float32)
-    _widen_kernel(bits, table, out, value_of)
+    _widen_kernel(bits, table, out, bfloat)
     return out
 
 

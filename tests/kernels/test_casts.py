@@ -1,4 +1,8 @@
 """fp16 / bf16 casts against NumPy and ml_dtypes."""
+import os
+import subprocess
+import sys
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -85,3 +89,32 @@ def test_bad_input():
         from_half(np.ones(3, np.float32), np.float32)
     with pytest.raises(TypeError, match="dtype=int8"):
         from_half(np.ones(3, np.float16), np.int8)
+
+
+_CACHE_SCRIPT = """
+import numpy as np
+from hpcdist.comm.halves import half_sum_into
+from hpcdist.kernels import from_half, to_half
+bits = np.ones(8, np.float16).view(np.uint16)
+for kind in ("float16", "bfloat16"):
+    total = bits.copy()
+    half_sum_into(bits, total, kind)
+    from_half(to_half(np.ones(8, np.float32), kind))
+print("ok")
+"""
+
+
+def test_16_bit_kernels_load_from_numba_cache_in_a_new_process(tmp_path):
+    """The second process compiles nothing: it loads what the first cached (keyed by
+    a flag, not by a compiled function, which is a new object in every process)."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+
+    def run():
+        done = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+        return sorted(p.name for p in tmp_path.rglob("*.nbc"))
+
+    first = run()
+    assert any("_sum_kernel" in name for name in first)
+    assert run() == first

@@ -12,7 +12,7 @@ from mpi4py import MPI
 
 from .buffers import mpi_buffer
 from .ops import local_reducer, mpi_op
-from .partition import balanced_counts, offsets_of
+from .._partition import balanced_counts, offsets_of
 
 __all__ = ["ALGORITHMS", "ring_allreduce", "tree_allreduce", "hierarchical_allreduce"]
 

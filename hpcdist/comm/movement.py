@@ -10,7 +10,7 @@ from .context import _DEFAULT, _perf_counter, resolve
 from .devices import backend_of
 from .dtypes import dtype_code, dtype_from_code
 from .headers import BAD_INPUT, HEADER_BYTES, MAX_DIMS, NO_INPUT, OK, pack_header, unpack_header
-from .partition import balanced_counts, offsets_of, validate_counts
+from .._partition import balanced_counts, offsets_of, validate_counts
 from .reductions import check_root
 
 __all__ = ["broadcast", "allgather", "gather", "scatter", "alltoall"]

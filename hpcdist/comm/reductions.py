@@ -10,7 +10,7 @@ from .checks import agree
 from .dtypes import is_sixteen_bit_float
 from .context import _DEFAULT, _perf_counter, resolve
 from .ops import mpi_op, parse_op
-from .partition import balanced_counts, validate_counts
+from .._partition import balanced_counts, validate_counts
 
 __all__ = ["allreduce", "reduce", "reduce_scatter", "check_root"]
 

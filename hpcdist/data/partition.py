@@ -42,7 +42,7 @@ class DataPartitioner:
     """
 
     def __init__(self, total_size, world_size=None):
-        from ..comm.partition import balanced_counts, offsets_of
+        from .._partition import balanced_counts, offsets_of
 
         self.total_size = check_int(total_size, "total_size", minimum=0)
         if world_size is None:

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from .. import nn
 from ..comm.checks import format_ranks
-from ..comm.partition import balanced_counts
+from .._partition import balanced_counts
 from ..comm.reductions import allreduce
 from ..nn.optim import SGD, Adam
 from ..parallel import DistributedDataParallel

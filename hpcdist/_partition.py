@@ -1,4 +1,4 @@
-"""Balanced contiguous partitions, shared by collectives and data partitioning."""
+"""Balanced contiguous partitions: the arithmetic shared by collectives, data and checkpoints."""
 
 import numpy as np
 

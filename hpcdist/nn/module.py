@@ -15,16 +15,9 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .._arrays import array_module
+
 __all__ = ["Parameter", "Module", "Sequential", "array_module"]
-
-
-def array_module(x):
-    """NumPy or CuPy, whichever ``x`` belongs to (NumPy for anything else)."""
-    module = type(x).__module__
-    if module.startswith("cupy"):
-        import cupy
-        return cupy
-    return np
 
 
 class Parameter:

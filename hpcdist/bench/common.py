@@ -1,14 +1,23 @@
 """Helpers shared by the benchmarks: sizes, versions, machine description, timing."""
 
+import argparse
 import datetime
 import json
 import os
 import platform
 import socket
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
+
+from ..comm.mpi import MPI
+from ..launch.environment import under_mpi_launcher
+from ..launch.launchers import find_mpiexec
 
 __all__ = ["KIB", "MIB", "format_size", "package_version", "load_average", "machine_info",
            "median_seconds", "init_gloo", "pyplot", "write_report", "rank_counts",
@@ -54,8 +63,6 @@ def machine_info(comm, **extra):
     **extra
         More entries (e.g. ``torch=...``).
     """
-    from mpi4py import MPI
-
     hosts = comm.allgather(socket.gethostname())
     affinity = getattr(os, "sched_getaffinity", None)
     info = {
@@ -191,7 +198,6 @@ def write_report(report, output_dir, name, plot=None):
 
 def rank_counts(text):
     """``"1,2"`` as ``[1, 2]`` (sorted, unique, each >= 1), for ``--ranks``."""
-    import argparse
     try:
         values = sorted({int(part) for part in text.split(",") if part.strip()})
     except ValueError:
@@ -205,8 +211,6 @@ def rank_counts(text):
 def add_job_options(parser, name, *, default_ranks=(1, 2), plot=True):
     """The options every per-rank-count benchmark shares: ``--ranks``,
     ``--output-dir``, ``--name``, ``--no-plot`` and the hidden ``--part``."""
-    import argparse
-    from pathlib import Path
     parser.add_argument("--ranks", type=rank_counts, default=list(default_ranks),
                         help="rank counts, one mpiexec job each, when not started under "
                              f"mpiexec (default {','.join(map(str, default_ranks))})")
@@ -228,12 +232,6 @@ def launch_jobs(module, argv, ranks):
         Each job's record (the JSON it wrote to ``--part``) by rank count, or
         the exit status of the first job that failed.
     """
-    import subprocess
-    import sys
-    import tempfile
-    from pathlib import Path
-
-    from ..cli.launcher import find_mpiexec
     env = os.environ.copy()  # the jobs import this hpcdist, installed or not
     source = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([source] + ([env["PYTHONPATH"]]
@@ -267,7 +265,6 @@ def run_per_rank_count(argv, args, *, module, title, measure_job, describe, writ
     int
         Exit status.
     """
-    from ..cli.launcher import under_mpi_launcher
     if not under_mpi_launcher():
         runs = launch_jobs(module, argv, args.ranks)
         if isinstance(runs, int):

@@ -7,6 +7,11 @@ import subprocess
 import sys
 
 from .._version import __version__
+from ..launch.environment import under_mpi_launcher
+from ..launch.launchers import find_mpiexec
+from ..launch.runner import run_job
+from .info import run_info
+from .train import add_train_parser, run_train
 
 __all__ = ["main", "build_parser"]
 
@@ -58,7 +63,6 @@ def build_parser():
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...",
                      help="the command every rank runs")
 
-    from .train import add_train_parser
     add_train_parser(commands)
 
     bench = commands.add_parser(
@@ -90,7 +94,6 @@ def _take_ranks_option(args):
 def _run_bench(args):
     _take_ranks_option(args)
     module = BENCHMARKS[args.name]
-    from .launcher import find_mpiexec, under_mpi_launcher
     if args.name in SELF_LAUNCHING and not under_mpi_launcher():
         ranks = ",".join(str(n) for n in sorted({1, args.ranks}))
         return importlib.import_module(module).main(["--ranks", ranks, *args.options])
@@ -105,7 +108,6 @@ def _run_bench(args):
 
 def _relaunch(ranks, argv):
     """Start ``hpcdist ARGV`` under mpiexec with ``ranks`` ranks; returns its exit code."""
-    from .launcher import find_mpiexec
     command = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "hpcdist.cli.main",
                *argv]
     print("+ " + " ".join(command), flush=True)
@@ -113,7 +115,6 @@ def _relaunch(ranks, argv):
 
 
 def _run_train(parser, args):
-    from .launcher import under_mpi_launcher
     if args.ranks is not None and args.ranks < 1:
         parser.error(f"train: -n {args.ranks} should be >= 1")
     if args.ranks and args.ranks > 1 and not under_mpi_launcher():
@@ -123,7 +124,6 @@ def _run_train(parser, args):
                 index = argv.index(flag)
                 del argv[index:index + 2]
         return _relaunch(args.ranks, argv)
-    from .train import run_train
     return run_train(args)
 
 
@@ -135,7 +135,6 @@ def _run_job(parser, args):
         parser.error(f"run: --max-restarts {args.max_restarts} should be >= 0")
     if not command:
         parser.error("run: no command given; usage: hpcdist run -n N -- CMD ...")
-    from ..launch.runner import run_job
     result = run_job(command, args.ranks, launcher=args.launcher,
                      max_restarts=args.max_restarts, backoff=args.backoff,
                      launcher_args=args.launcher_args.split())
@@ -151,7 +150,6 @@ def main(argv=None):
     if args.command == "train":
         return _run_train(parser, args)
     if args.command == "info":
-        from .info import run_info
         return run_info(args)
     if args.command == "bench":
         return _run_bench(args)

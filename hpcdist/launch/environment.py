@@ -2,7 +2,7 @@
 
 import os
 
-__all__ = ["LAUNCHER_PREFIXES", "clean_environment", "rank_layout"]
+__all__ = ["LAUNCHER_PREFIXES", "clean_environment", "rank_layout", "under_mpi_launcher"]
 
 #: prefixes of the variables launchers (Hydra, Open MPI/PRRTE, PMIx, Slurm steps)
 #: set in every rank; a child job started from inside a rank must not inherit
@@ -17,6 +17,12 @@ LAUNCHER_PREFIXES = (
 _RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
 _SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
 _LOCAL_RANK_VARIABLES = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+# those of them that only an MPI launcher sets (Slurm's are in a batch script too)
+_MPI_RANK_VARIABLES = tuple(
+    name for name in _RANK_VARIABLES + _SIZE_VARIABLES + _LOCAL_RANK_VARIABLES
+    if name.startswith(LAUNCHER_PREFIXES))
+# both set in a task that srun started (a batch script has no step id)
+_SLURM_TASK_VARIABLES = ("SLURM_STEP_ID", "SLURM_PROCID")
 
 
 def clean_environment(environ=None, *, extra_prefixes=()):
@@ -39,3 +45,10 @@ def rank_layout(environ=None):
     environ = os.environ if environ is None else environ
     return (_first(environ, _RANK_VARIABLES), _first(environ, _SIZE_VARIABLES),
             _first(environ, _LOCAL_RANK_VARIABLES))
+
+
+def under_mpi_launcher(environ=None):
+    """Whether this process was started by mpiexec/mpirun/srun as an MPI rank."""
+    environ = os.environ if environ is None else environ
+    return (any(name in environ for name in _MPI_RANK_VARIABLES)
+            or all(name in environ for name in _SLURM_TASK_VARIABLES))

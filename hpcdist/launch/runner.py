@@ -1,6 +1,6 @@
 """``hpcdist run``: start a command under the MPI launcher, watch it, restart it.
 
-Every rank runs through :mod:`hpcdist.launch.rank_env`, which records how it
+Every rank runs through :mod:`hpcdist.launch.rank_wrapper`, which records how it
 ended; after a failed attempt the runner prints which ranks failed and how,
 waits (exponential backoff) and starts the command again with
 ``HPCDIST_RESTART_COUNT`` raised by one, up to ``max_restarts`` times. An
@@ -19,16 +19,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from ..cli.launcher import find_mpiexec
+from .._preemption import EXIT_RESUME
 from .environment import clean_environment
+from .launchers import choose_launcher, find_mpiexec
 
-__all__ = ["EXIT_RESUME", "RunResult", "Attempt", "choose_launcher", "build_command", "run_job"]
+__all__ = ["RunResult", "Attempt", "build_command", "run_job"]
 
-#: exit code meaning "a checkpoint was written on a signal; start me again to resume"
-EXIT_RESUME = 75
 #: resumptions (exit 75 without a signal to the runner) before giving up
 MAX_RESUMES = 100
-LAUNCHERS = ("auto", "mpiexec", "srun")
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
 
@@ -60,18 +58,6 @@ class RunResult:
         return len(self.attempts) - 1
 
 
-def choose_launcher(launcher="auto", environ=None):
-    """``"srun"`` inside a SLURM allocation (when srun exists), else ``"mpiexec"``."""
-    if launcher not in LAUNCHERS:
-        raise ValueError(f"launcher={launcher!r} should be one of {', '.join(LAUNCHERS)}")
-    if launcher != "auto":
-        return launcher
-    environ = os.environ if environ is None else environ
-    if environ.get("SLURM_JOB_ID") and shutil.which("srun"):
-        return "srun"
-    return "mpiexec"
-
-
 def build_command(command, n, launcher="auto", *, launcher_args=()):
     """The full command line that starts ``command`` on ``n`` ranks.
 
@@ -93,7 +79,7 @@ def build_command(command, n, launcher="auto", *, launcher_args=()):
     program = shutil.which("srun") if chosen == "srun" else find_mpiexec()
     if program is None:
         raise FileNotFoundError("hpcdist run: srun not found on PATH; use --launcher mpiexec")
-    wrapper = [sys.executable, "-m", "hpcdist.launch.rank_env"]
+    wrapper = [sys.executable, "-m", "hpcdist.launch.rank_wrapper"]
     return [program, *launcher_args, "-n", str(int(n)), *wrapper, *command]
 
 

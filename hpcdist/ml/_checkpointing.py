@@ -5,14 +5,14 @@ the estimator's full :meth:`state_dict` every ``N`` epochs (iterations,
 tree batches) and at the end; a fit started on a directory that already
 holds a checkpoint resumes from its newest valid step. SIGUSR1 or SIGTERM
 on any rank makes every rank save at the next epoch boundary and exit with
-code 75 (see :mod:`hpcdist.launch.signals`).
+code 75 (see :mod:`hpcdist._preemption`).
 """
 
 from contextlib import ExitStack
 
 import numpy as np
 
-from ..launch.signals import Preempted, PreemptionHandler
+from .._preemption import Preempted, PreemptionHandler
 
 __all__ = ["FitCheckpointing", "optimizer_to_tree", "optimizer_from_tree"]
 

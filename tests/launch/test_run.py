@@ -7,9 +7,10 @@ import time
 
 import pytest
 
-from hpcdist.launch import PreemptionHandler, Preempted, build_command
-from hpcdist.launch.rank_env import describe_status
-from tests.helpers import assert_on_all_ranks, subprocess_env
+from hpcdist import _preemption
+from hpcdist.launch import EXIT_RESUME, PreemptionHandler, Preempted, build_command
+from hpcdist.launch.rank_wrapper import describe_status
+from tests.helpers import subprocess_env
 
 HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
 
@@ -122,8 +123,8 @@ def test_missing_program_is_reported_per_rank(tmp_path):
 
 def test_build_command_wraps_every_rank():
     command = build_command(["python", "x.py"], 3, "mpiexec", launcher_args=["--foo"])
-    assert command[1:] == ["--foo", "-n", "3", sys.executable, "-m", "hpcdist.launch.rank_env",
-                           "python", "x.py"]
+    assert command[1:] == ["--foo", "-n", "3", sys.executable, "-m",
+                           "hpcdist.launch.rank_wrapper", "python", "x.py"]
     with pytest.raises(ValueError, match="launcher='pbs'"):
         build_command(["x"], 1, "pbs")
 
@@ -134,21 +135,7 @@ def test_describe_status():
     assert describe_status(-9) == "signal SIGKILL"
 
 
-def test_preemption_handler_single_process(ctx):
-    with PreemptionHandler(ctx) as handler:
-        assert not handler.should_stop()
-        os.kill(os.getpid(), signal.SIGUSR1)
-        assert handler.should_stop() and handler.received == "SIGUSR1"
-    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
-    error = Preempted(7)
-    assert error.code == 75 and "step 7" in str(error)
-
-
-@pytest.mark.mpi(min_size=2)
-def test_a_signal_on_one_rank_stops_every_rank(ctx):
-    with PreemptionHandler(ctx) as handler:
-        assert not handler.should_stop()
-        if ctx.rank == 1:
-            os.kill(os.getpid(), signal.SIGTERM)
-        stopped = handler.should_stop()
-    assert_on_all_ranks(stopped, "a rank did not see the stop request")
+def test_launch_reexports_the_preemption_pieces():
+    assert EXIT_RESUME == 75
+    assert PreemptionHandler is _preemption.PreemptionHandler
+    assert Preempted is _preemption.Preempted

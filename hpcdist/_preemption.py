@@ -6,16 +6,20 @@ training loop calls :meth:`PreemptionHandler.should_stop` at each step
 boundary, where the ranks agree with one small allreduce, so a signal that
 reached only some ranks still stops every rank at the same step. The loop
 then writes a checkpoint and raises :class:`Preempted`, a ``SystemExit``
-with code 75, which ``hpcdist run`` and the SLURM templates read as
-"resume me".
+with code :data:`EXIT_RESUME` (75), which ``hpcdist run`` and the SLURM
+templates read as "resume me".
+
+This module sits at the bottom of the layers: the launcher (``hpcdist run``)
+and the estimators' fit loops both use it, and it imports nothing of hpcdist.
 """
 
 import signal
 import threading
 
-from .runner import EXIT_RESUME
+__all__ = ["EXIT_RESUME", "Preempted", "PreemptionHandler"]
 
-__all__ = ["PreemptionHandler", "Preempted"]
+#: exit code meaning "a checkpoint was written on a signal; start me again to resume"
+EXIT_RESUME = 75
 
 _SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 
@@ -72,5 +76,4 @@ class PreemptionHandler:
         local = 1 if self.received else 0
         if self.ctx.size == 1:
             return bool(local)
-        from ..comm.reductions import allreduce
-        return bool(allreduce(local, op="max", ctx=self.ctx))
+        return bool(self.ctx.allreduce(local, op="max"))

@@ -1,4 +1,4 @@
-"""Per-rank wrapper used by ``hpcdist run``: ``python -m hpcdist.launch.rank_env CMD ...``.
+"""Per-rank wrapper used by ``hpcdist run``: ``python -m hpcdist.launch.rank_wrapper CMD ...``.
 
 The launcher starts this wrapper as every rank. It exports ``RANK``,
 ``WORLD_SIZE`` and ``LOCAL_RANK`` (for libraries that expect torch-style
@@ -12,6 +12,7 @@ exits with the child's code (128 + signal number for a signal).
 It never imports MPI.
 """
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -38,7 +39,6 @@ def _die_with_parent():
     """In the child: get SIGKILL when the wrapper dies (Linux), so that a
     launcher tearing the job down never leaves a rank behind, hung in MPI."""
     try:
-        import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # pragma: no cover - not Linux
@@ -61,7 +61,7 @@ def main(argv=None):
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
-        print("usage: python -m hpcdist.launch.rank_env CMD [ARGS...]", file=sys.stderr)
+        print("usage: python -m hpcdist.launch.rank_wrapper CMD [ARGS...]", file=sys.stderr)
         return 2
     rank, size, local_rank = rank_layout()
     env = dict(os.environ)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ...comm.movement import allgather
 from ...comm.objects import allgather_object
-from ...kernels.trees import bin_columns
+from ._subtree_kernels import bin_columns
 from .sampling import row_sample
 
 __all__ = ["BinEdges", "find_bin_edges", "SAMPLE_SIZE"]

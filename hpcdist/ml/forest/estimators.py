@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from ...comm.checks import validated_on_every_rank
 from ...comm.movement import broadcast
 from ...comm.reductions import allreduce
-from ...kernels.trees import CRITERIA, MAX_BOOTSTRAP_WEIGHT, oob_sums
+from ._subtree_kernels import CRITERIA, MAX_BOOTSTRAP_WEIGHT, oob_sums
 from .._checkpointing import FitCheckpointing
 from .._validation import check_local_data, context_of
 from .binning import BinEdges, find_bin_edges

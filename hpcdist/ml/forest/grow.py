@@ -38,7 +38,7 @@ import numpy as np
 
 from ...comm.movement import allgather, alltoall
 from ...comm.reductions import allreduce
-from ...kernels.trees import (child_keys, evaluate_nodes, feature_orders, grow_subtrees,
+from ._subtree_kernels import (child_keys, evaluate_nodes, feature_orders, grow_subtrees,
                               partition_nodes, root_keys)
 from .histograms import plan_level, reduce_level
 from .sampling import assign_owners, bootstrap

@@ -18,7 +18,7 @@ siblings and parent seldom share a feature.
 import numpy as np
 
 from ...comm.reductions import allreduce
-from ...kernels.trees import build_histograms
+from ._subtree_kernels import build_histograms
 
 __all__ = ["LevelHistograms", "plan_level", "reduce_level"]
 

@@ -18,7 +18,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from ...comm.objects import broadcast_object
-from ...kernels.trees import bootstrap_weights, hash_below
+from ._subtree_kernels import bootstrap_weights, hash_below
 
 __all__ = ["resolve_seed", "global_row_index", "row_sample", "bootstrap", "assign_owners"]
 

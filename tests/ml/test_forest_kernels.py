@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from hpcdist.kernels.trees import (CRITERIA, MAX_BOOTSTRAP_WEIGHT, bin_columns,
+from hpcdist.ml.forest._subtree_kernels import (CRITERIA, MAX_BOOTSTRAP_WEIGHT, bin_columns,
                                    bootstrap_weights, build_histograms, child_keys,
                                    evaluate_nodes, feature_orders, forest_mean_values,
                                    grow_subtrees, hash_below, partition_nodes, root_keys)

@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from .._numba import JIT, njit, prange
+from ..._numba import JIT, njit, prange
 
 __all__ = [
     "EXACT", "EXACT_PARALLEL", "CRITERIA", "MAX_BOOTSTRAP_WEIGHT", "SMALL_NODE_ROWS",

@@ -1,11 +1,11 @@
 """Numba compilation flags for every kernel of hpcdist (one place: hpcdist.kernels and
-the 16-bit float kernels of hpcdist.comm.halves).
+the 16-bit float kernels of hpcdist.comm.sixteen_bit_floats).
 
 ``fastmath`` deliberately leaves out ``nnan`` and ``ninf`` so that NaN and
 infinity propagate through the kernels instead of being optimised away.
 Cached kernels take no compiled functions as arguments: Numba would key their
 cache by the function object, new in every process (see
-:func:`hpcdist.comm.halves.half_format`).
+:func:`hpcdist.comm.sixteen_bit_floats.half_format`).
 """
 import os
 

@@ -6,7 +6,7 @@ import threading
 import time
 import traceback
 
-from mpi4py import MPI
+from .mpi import MPI
 
 __all__ = ["install_abort_hook", "abort_job"]
 

@@ -8,7 +8,7 @@ floats included) works the same way.
 """
 
 import numpy as np
-from mpi4py import MPI
+from .mpi import MPI
 
 from .buffers import mpi_buffer
 from .ops import local_reducer, mpi_op

@@ -17,7 +17,7 @@ __all__ = ["Payload", "wrap", "output_for", "mpi_buffer", "describe"]
 
 HOST, PY_SCALAR, NP_SCALAR, DEVICE_DIRECT, DEVICE_STAGED = range(5)
 # dtype -> MPI datatype for the dtypes Python's buffer protocol describes
-_DIRECT_TYPES = dict(PREDEFINED_DATATYPES)
+_DIRECT_TYPES = PREDEFINED_DATATYPES  # the same dict, filled when MPI loads
 
 
 class Payload:

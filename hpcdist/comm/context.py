@@ -1,31 +1,34 @@
 """The communication context: who the ranks are, where they run, and what they did.
 
 A :class:`Context` owns a duplicate of the user's communicator, so hpcdist's
-traffic never mixes with the application's. :func:`init` creates the default
-context; every collective takes ``ctx=None`` meaning that default.
+traffic never mixes with the application's. Every collective is a method of
+the context (``ctx.allreduce(x)``); the module-level functions of
+:mod:`hpcdist.comm.collectives` call the same implementations on the default
+context (:mod:`hpcdist.comm.default`).
 """
 
-import atexit
-import functools
-import os
 import time
 
-from mpi4py import MPI
-
-from .abort import install_abort_hook
+from . import movement, objects, p2p, reductions, requests
 from .devices import detect_cuda_aware, select_device
+from .dtypes import load_datatypes
+from .mpi import MPI
 from .staging import StagingPool
-from .threads import limit_threads_per_rank
-from .timeline import _ACTIVE as _ACTIVE_TRACE
 from .topology import detect_topology
-from .watchdog import Watchdog, stall_timeout_from_env
+from .trace import RECORDING
+from .watchdog import running_watchdog
 
-__all__ = ["Context", "init", "finalize", "get_context", "resolve", "get_rank",
-           "get_world_size", "get_local_rank", "is_main_process", "barrier"]
+__all__ = ["Context", "documented_by"]
 
-_DEFAULT = []      # the default context, once created
-_WATCHDOG = []     # the process's stall watchdog, when running
 _perf_counter = time.perf_counter
+
+
+def documented_by(implementation):
+    """Give the decorated function ``implementation``'s docstring (no wrapper)."""
+    def decorate(function):
+        function.__doc__ = implementation.__doc__
+        return function
+    return decorate
 
 
 class _OperationStats:
@@ -43,7 +46,8 @@ class Context:
 
     Create the default one with :func:`hpcdist.init`; derive others with
     :meth:`group` and :meth:`split`. Every collective of :mod:`hpcdist` is
-    also a method of the context (``ctx.allreduce(x)``).
+    also a method of the context (``ctx.allreduce(x)``), documented as the
+    function of the same name (without its ``ctx`` argument).
 
     Parameters
     ----------
@@ -76,6 +80,7 @@ class Context:
     """
 
     def __init__(self, comm, *, device="auto", check=False):
+        load_datatypes()
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
@@ -97,8 +102,9 @@ class Context:
         self._inflight_name = None
         self._inflight_since = 0.0
         self._children = []
-        if _WATCHDOG:
-            _WATCHDOG[0].watch(self)
+        watchdog = running_watchdog()
+        if watchdog is not None:
+            watchdog.watch(self)
 
     def __repr__(self):
         return (f"<hpcdist.Context rank {self.rank}/{self.size} node {self.node_rank}/"
@@ -123,8 +129,8 @@ class Context:
         record.bytes_sent += sent
         record.bytes_received += received
         record.seconds += seconds
-        if _ACTIVE_TRACE:
-            _ACTIVE_TRACE[0][0].append((name, start, seconds, sent, received))
+        if RECORDING:
+            RECORDING[0][0].append((name, start, seconds, sent, received))
 
     def stats(self):
         """Counters of every operation this context ran.
@@ -206,116 +212,79 @@ class Context:
                 comm.Free()
         self.staging.clear()
 
+    # -- the collectives (see the module-level functions of the same name) ----------------
+    @documented_by(reductions.allreduce)
+    def allreduce(self, x, op="sum", *, out=None, algorithm="auto"):
+        return reductions.allreduce(x, op, out=out, algorithm=algorithm, ctx=self)
 
-def bind_collectives(functions):
-    """Make each module-level collective also a method of :class:`Context`."""
-    for function in functions:
-        @functools.wraps(function)
-        def method(self, *args, _function=function, **kwargs):
-            return _function(*args, ctx=self, **kwargs)
-        setattr(Context, function.__name__, method)
+    @documented_by(reductions.reduce)
+    def reduce(self, x, op="sum", *, root=0):
+        return reductions.reduce(x, op, root=root, ctx=self)
 
+    @documented_by(reductions.reduce_scatter)
+    def reduce_scatter(self, x, op="sum", counts=None):
+        return reductions.reduce_scatter(x, op, counts, ctx=self)
 
-def _check_from_env():
-    value = os.environ.get("HPCDIST_CHECK", "0").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
-        return False
-    if value in ("1", "true", "yes", "on"):
-        return True
-    raise ValueError(f"HPCDIST_CHECK={value!r} is not understood; use 0 or 1")
+    @documented_by(movement.broadcast)
+    def broadcast(self, x, root=0, *, shape_known=False):
+        return movement.broadcast(x, root, shape_known=shape_known, ctx=self)
 
+    @documented_by(movement.allgather)
+    def allgather(self, x, axis=0, *, counts=None):
+        return movement.allgather(x, axis, counts=counts, ctx=self)
 
-def init(comm=None, *, device="auto", check=None, abort_on_error=True):
-    """Create the default context (idempotent: later calls return it).
+    @documented_by(movement.gather)
+    def gather(self, x, root=0, axis=0):
+        return movement.gather(x, root, axis, ctx=self)
 
-    Parameters
-    ----------
-    comm : mpi4py.MPI.Comm, optional
-        The communicator to work on (default ``MPI.COMM_WORLD``); hpcdist
-        uses a duplicate of it.
-    device : str, default="auto"
-        ``"auto"`` picks ``cuda:<local_rank % n_gpus>`` when CuPy sees a GPU,
-        else ``"cpu"``; or ``"cpu"``, ``"cuda"``, ``"cuda:N"``.
-    check : bool, optional
-        Cross-rank agreement checks before each collective; default from
-        the environment variable ``HPCDIST_CHECK`` (off when unset).
-    abort_on_error : bool, default=True
-        An uncaught exception on any rank aborts the whole job after
-        printing its traceback with the rank, instead of hanging the others.
+    @documented_by(movement.scatter)
+    def scatter(self, x, root=0, axis=0, counts=None):
+        return movement.scatter(x, root, axis, counts, ctx=self)
 
-    Returns
-    -------
-    Context
-    """
-    if _DEFAULT:
-        return _DEFAULT[0]
-    if comm is None:
-        comm = MPI.COMM_WORLD
-    if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
-        raise TypeError(f"comm must be an mpi4py communicator such as MPI.COMM_WORLD, got {comm!r}")
-    check = _check_from_env() if check is None else bool(check)
-    timeout = stall_timeout_from_env()
-    if timeout > 0 and MPI.COMM_WORLD.Get_size() > 1:
-        _WATCHDOG.append(Watchdog(MPI.COMM_WORLD.Dup(), timeout))
-    ctx = Context(comm.Dup(), device=device, check=check)
-    limit_threads_per_rank(ctx.local_size)
-    if abort_on_error and MPI.COMM_WORLD.Get_size() > 1:
-        install_abort_hook()
-    _DEFAULT.append(ctx)
-    return ctx
+    @documented_by(movement.alltoall)
+    def alltoall(self, x, counts=None):
+        return movement.alltoall(x, counts, ctx=self)
 
+    @documented_by(p2p.send)
+    def send(self, x, dest, tag=0):
+        return p2p.send(x, dest, tag, ctx=self)
 
-def finalize():
-    """Release the default context, its children and the watchdog.
+    @documented_by(p2p.recv)
+    def recv(self, source=p2p.ANY_SOURCE, tag=p2p.ANY_TAG, out=None):
+        return p2p.recv(source, tag, out, ctx=self)
 
-    MPI itself stays initialised (mpi4py finalizes it at exit); a later
-    :func:`init` creates a new default context.
-    """
-    if MPI.Is_finalized():
-        return
-    if _WATCHDOG:
-        watchdog = _WATCHDOG.pop()
-        watchdog.stop()
-        watchdog.comm.Free()
-    if _DEFAULT:
-        _DEFAULT.pop().free()
+    @documented_by(p2p.isend)
+    def isend(self, x, dest, tag=0):
+        return p2p.isend(x, dest, tag, ctx=self)
 
+    @documented_by(p2p.irecv)
+    def irecv(self, source=p2p.ANY_SOURCE, tag=p2p.ANY_TAG, out=None):
+        return p2p.irecv(source, tag, out, ctx=self)
 
-atexit.register(finalize)
+    @documented_by(requests.iallreduce)
+    def iallreduce(self, x, op="sum", *, out=None):
+        return requests.iallreduce(x, op, out=out, ctx=self)
 
+    @documented_by(requests.ibroadcast)
+    def ibroadcast(self, x, root=0):
+        return requests.ibroadcast(x, root, ctx=self)
 
-def get_context():
-    """The default context, created by :func:`init` on first use."""
-    return _DEFAULT[0] if _DEFAULT else init()
+    @documented_by(requests.iallgather)
+    def iallgather(self, x, axis=0, *, counts=None):
+        return requests.iallgather(x, axis, counts=counts, ctx=self)
 
+    @documented_by(objects.allreduce_object)
+    def allreduce_object(self, obj, op="sum"):
+        return objects.allreduce_object(obj, op, ctx=self)
 
-def resolve(ctx):
-    """``ctx`` itself, or the default context when it is None."""
-    if ctx is not None:
-        return ctx
-    return _DEFAULT[0] if _DEFAULT else init()
+    @documented_by(objects.broadcast_object)
+    def broadcast_object(self, obj, root=0):
+        return objects.broadcast_object(obj, root, ctx=self)
 
+    @documented_by(objects.allgather_object)
+    def allgather_object(self, obj):
+        return objects.allgather_object(obj, ctx=self)
 
-def get_rank():
-    """This process's rank in the default context."""
-    return get_context().rank
-
-
-def get_world_size():
-    """The number of ranks of the default context."""
-    return get_context().size
-
-
-def get_local_rank():
-    """This process's index among the ranks on its node."""
-    return get_context().local_rank
-
-
-def is_main_process():
-    """Whether this is rank 0 of the default context."""
-    return get_context().is_main
-
-
-def barrier(ctx=None):
-    """Wait until every rank has arrived."""
-    resolve(ctx).barrier()
+    @documented_by(objects.gather_object)
+    def gather_object(self, obj, root=0):
+        return objects.gather_object(obj, root, ctx=self)

@@ -7,7 +7,7 @@ user-defined operations of :mod:`hpcdist.comm.ops`, never as integers.
 """
 
 import numpy as np
-from mpi4py import MPI
+from .mpi import MPI
 
 try:  # ml_dtypes ships bfloat16 for NumPy; it is a core dependency
     from ml_dtypes import bfloat16
@@ -15,7 +15,7 @@ except ImportError:  # pragma: no cover - exercised only without ml_dtypes
     bfloat16 = None
 
 __all__ = ["mpi_datatype", "SIXTEEN_BIT_FLOATS", "is_sixteen_bit_float", "check_dtype",
-           "dtype_code", "dtype_from_code"]
+           "dtype_code", "dtype_from_code", "load_datatypes", "PREDEFINED_DATATYPES"]
 
 #: dtypes reduced by hpcdist's own MPI operations
 SIXTEEN_BIT_FLOATS = tuple(np.dtype(t) for t in (np.float16, bfloat16) if t is not None)
@@ -26,15 +26,24 @@ _SUPPORTED = [np.dtype(t) for t in (
     np.uint64, np.float16, np.float32, np.float64, np.longdouble, np.complex64,
     np.complex128, np.clongdouble)] + ([np.dtype(bfloat16)] if bfloat16 is not None else [])
 _CODES = {dt: i for i, dt in enumerate(_SUPPORTED)}
-#: the predefined MPI type of every dtype MPI knows (16-bit floats get private types)
-PREDEFINED_DATATYPES = {np.dtype(numpy_type): mpi_type for numpy_type, mpi_type in (
-    (np.bool_, MPI.C_BOOL), (np.int8, MPI.INT8_T), (np.int16, MPI.INT16_T),
-    (np.int32, MPI.INT32_T), (np.int64, MPI.INT64_T), (np.uint8, MPI.UINT8_T),
-    (np.uint16, MPI.UINT16_T), (np.uint32, MPI.UINT32_T), (np.uint64, MPI.UINT64_T),
-    (np.float32, MPI.FLOAT), (np.float64, MPI.DOUBLE), (np.longdouble, MPI.LONG_DOUBLE),
-    (np.complex64, MPI.C_FLOAT_COMPLEX), (np.complex128, MPI.C_DOUBLE_COMPLEX),
-    (np.clongdouble, MPI.C_LONG_DOUBLE_COMPLEX))}
-_DATATYPES = dict(PREDEFINED_DATATYPES)
+_PREDEFINED_NAMES = (
+    (np.bool_, "C_BOOL"), (np.int8, "INT8_T"), (np.int16, "INT16_T"), (np.int32, "INT32_T"),
+    (np.int64, "INT64_T"), (np.uint8, "UINT8_T"), (np.uint16, "UINT16_T"),
+    (np.uint32, "UINT32_T"), (np.uint64, "UINT64_T"), (np.float32, "FLOAT"),
+    (np.float64, "DOUBLE"), (np.longdouble, "LONG_DOUBLE"), (np.complex64, "C_FLOAT_COMPLEX"),
+    (np.complex128, "C_DOUBLE_COMPLEX"), (np.clongdouble, "C_LONG_DOUBLE_COMPLEX"))
+#: the predefined MPI type of every dtype MPI knows (16-bit floats get private types);
+#: empty until :func:`load_datatypes` (every new Context calls it; MPI is loaded by then)
+PREDEFINED_DATATYPES = {}
+_DATATYPES = {}
+
+
+def load_datatypes():
+    """Fill :data:`PREDEFINED_DATATYPES` from MPI (once; loads MPI)."""
+    if not PREDEFINED_DATATYPES:
+        PREDEFINED_DATATYPES.update((np.dtype(numpy_type), getattr(MPI, name))
+                                    for numpy_type, name in _PREDEFINED_NAMES)
+        _DATATYPES.update(PREDEFINED_DATATYPES)
 
 
 def check_dtype(dtype):
@@ -70,6 +79,9 @@ def mpi_datatype(dtype):
     mpi4py.MPI.Datatype
     """
     datatype = _DATATYPES.get(dtype)
+    if datatype is None and not PREDEFINED_DATATYPES:
+        load_datatypes()
+        datatype = _DATATYPES.get(dtype)
     if datatype is None:
         check_dtype(dtype)
         # a private committed copy of a 2-byte type: only hpcdist's own operations reduce it

@@ -1,12 +1,12 @@
 """Data movement: broadcast, allgather, gather, scatter and alltoall."""
 
 import math
+from time import perf_counter as _perf_counter
 import numpy as np
 
 from .buffers import (_DIRECT_TYPES, DEVICE_DIRECT, DEVICE_STAGED, HOST, NP_SCALAR, PY_SCALAR,
                       Payload, describe, mpi_buffer, wrap)
 from .checks import agree, format_ranks
-from .context import _DEFAULT, _perf_counter, resolve
 from .devices import backend_of
 from .dtypes import dtype_code, dtype_from_code
 from .headers import BAD_INPUT, HEADER_BYTES, MAX_DIMS, NO_INPUT, OK, pack_header, unpack_header
@@ -23,7 +23,7 @@ _INLINE_BYTES = _PACKET_BYTES - _HEADER_BYTES
 
 
 # -- broadcast -----------------------------------------------------------------------------
-def broadcast(x, root=0, *, shape_known=False, ctx=None):
+def broadcast(x, root=0, *, shape_known=False, ctx):
     """Send ``x`` from ``root`` to every rank.
 
     Parameters
@@ -37,7 +37,7 @@ def broadcast(x, root=0, *, shape_known=False, ctx=None):
         dtype (no None, no scalars): the header message is skipped, so the
         broadcast is exactly one MPI broadcast. Check mode still verifies
         the promise.
-    ctx : Context, optional
+    ctx : Context
 
     Returns
     -------
@@ -51,8 +51,6 @@ def broadcast(x, root=0, *, shape_known=False, ctx=None):
     arrays of up to ``_INLINE_BYTES`` ride inside the header's message, so
     a small broadcast is still one message.
     """
-    if ctx is None:
-        ctx = _DEFAULT[0] if _DEFAULT else resolve(ctx)
     if (shape_known and type(x) is np.ndarray and type(root) is int and 0 <= root < ctx.size
             and not ctx.check and x.flags.c_contiguous and x.dtype in _DIRECT_TYPES):
         # fast path: one MPI broadcast of a plain array, as in parameter broadcasts
@@ -351,7 +349,7 @@ def _from_rows(result, axis):
     return result if axis == 0 else np.ascontiguousarray(np.moveaxis(result, 0, axis))
 
 
-def allgather(x, axis=0, *, counts=None, ctx=None):
+def allgather(x, axis=0, *, counts=None, ctx):
     """Concatenate every rank's ``x`` along ``axis``, on every rank.
 
     Parameters
@@ -363,15 +361,13 @@ def allgather(x, axis=0, *, counts=None, ctx=None):
     counts : sequence of int, optional
         Every rank's size along ``axis`` when known: skips the exchange of
         sizes (one message fewer).
-    ctx : Context, optional
+    ctx : Context
 
     Returns
     -------
     array
         The concatenation in rank order.
     """
-    if ctx is None:
-        ctx = _DEFAULT[0] if _DEFAULT else resolve(ctx)
     if (type(x) is np.ndarray and axis == 0 and x.ndim and not ctx.check
             and x.flags.c_contiguous and x.dtype in _DIRECT_TYPES
             and (counts is None or (type(counts) is list and len(counts) == ctx.size
@@ -431,7 +427,7 @@ def _describe_except(data, axis):
     return f"{np.dtype(data.dtype)}[{','.join(dims)}]"
 
 
-def gather(x, root=0, axis=0, *, ctx=None):
+def gather(x, root=0, axis=0, *, ctx):
     """Concatenate every rank's ``x`` along ``axis`` on ``root``.
 
     Parameters
@@ -440,14 +436,13 @@ def gather(x, root=0, axis=0, *, ctx=None):
         Sizes along ``axis`` may differ between ranks.
     root : int, default=0
     axis : int, default=0
-    ctx : Context, optional
+    ctx : Context
 
     Returns
     -------
     array or None
         The concatenation in rank order on ``root``; None elsewhere.
     """
-    ctx = resolve(ctx)
     root = check_root(root, ctx, "gather")
     payload = wrap(x, ctx, "gather")
     data, axis = _rows_first(payload, axis, "gather")
@@ -468,7 +463,7 @@ def gather(x, root=0, axis=0, *, ctx=None):
 
 
 # -- scatter and alltoall --------------------------------------------------------------------
-def scatter(x, root=0, axis=0, counts=None, *, ctx=None):
+def scatter(x, root=0, axis=0, counts=None, *, ctx):
     """Split ``x`` on ``root`` along ``axis`` and send block ``r`` to rank ``r``.
 
     Parameters
@@ -481,14 +476,13 @@ def scatter(x, root=0, axis=0, counts=None, *, ctx=None):
         Each rank's block size along ``axis``, read on ``root`` (default:
         balanced, the first ``n % size`` ranks get one more). Bad counts
         raise ``ValueError`` on every rank.
-    ctx : Context, optional
+    ctx : Context
 
     Returns
     -------
     array
         This rank's block.
     """
-    ctx = resolve(ctx)
     root = check_root(root, ctx, "scatter")
     is_root = ctx.rank == root
     plan = None
@@ -543,7 +537,7 @@ def _scatter_plan(x, axis, counts, ctx):
     return (payload, data), "ok", np.dtype(data.dtype), tuple(data.shape[1:]), counts, axis, device
 
 
-def alltoall(x, counts=None, *, ctx=None):
+def alltoall(x, counts=None, *, ctx):
     """Personalised exchange: block ``r`` of every rank's ``x`` goes to rank ``r``.
 
     Parameters
@@ -553,14 +547,13 @@ def alltoall(x, counts=None, *, ctx=None):
     counts : sequence of int, optional
         This rank's block sizes (default: balanced). They may differ between
         ranks, zeros included; the other dimensions and dtype must agree.
-    ctx : Context, optional
+    ctx : Context
 
     Returns
     -------
     array
         The blocks addressed to this rank, concatenated in rank order.
     """
-    ctx = resolve(ctx)
     payload = wrap(x, ctx, "alltoall")
     data = payload.data
     if data.ndim == 0:

@@ -1,15 +1,11 @@
 """Collectives on picklable Python objects (small metadata, not bulk arrays)."""
 
-from mpi4py import MPI
-
 from .checks import agree
-from .context import resolve
-from .ops import parse_op
+from .ops import parse_op, predefined_op
 from .reductions import check_root
 
 __all__ = ["allreduce_object", "broadcast_object", "allgather_object", "gather_object"]
 
-_PYTHON_OPS = {"sum": MPI.SUM, "mean": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
 
 
 def _run(ctx, name, call, *fields):
@@ -22,7 +18,7 @@ def _run(ctx, name, call, *fields):
         ctx._end(name, start, 0, 0)
 
 
-def allreduce_object(obj, op="sum", *, ctx=None):
+def allreduce_object(obj, op="sum", *, ctx):
     """Combine Python objects with ``+``, ``*``, ``min`` or ``max``; ``mean`` divides the sum.
 
     Parameters
@@ -30,37 +26,33 @@ def allreduce_object(obj, op="sum", *, ctx=None):
     obj : object
         Numbers, or anything whose ``+`` / ``*`` / comparison combine values.
     op : {"sum", "mean", "min", "max", "prod"} or ReduceOp, default="sum"
-    ctx : Context, optional
+    ctx : Context
     """
-    ctx = resolve(ctx)
     op = parse_op(op)
     if ctx.size == 1:
         return obj / 1 if op == "mean" else obj
     result = _run(ctx, "allreduce_object",
-                  lambda: ctx.comm.allreduce(obj, op=_PYTHON_OPS[op]), f"op={op}")
+                  lambda: ctx.comm.allreduce(obj, op=predefined_op(op)), f"op={op}")
     return result / ctx.size if op == "mean" else result
 
 
-def broadcast_object(obj, root=0, *, ctx=None):
+def broadcast_object(obj, root=0, *, ctx):
     """``root``'s ``obj`` on every rank (others pass anything, e.g. None)."""
-    ctx = resolve(ctx)
     root = check_root(root, ctx, "broadcast_object")
     if ctx.size == 1:
         return obj
     return _run(ctx, "broadcast_object", lambda: ctx.comm.bcast(obj, root=root), f"root={root}")
 
 
-def allgather_object(obj, *, ctx=None):
+def allgather_object(obj, *, ctx):
     """Every rank's ``obj`` as a list in rank order, on every rank."""
-    ctx = resolve(ctx)
     if ctx.size == 1:
         return [obj]
     return _run(ctx, "allgather_object", lambda: ctx.comm.allgather(obj))
 
 
-def gather_object(obj, root=0, *, ctx=None):
+def gather_object(obj, root=0, *, ctx):
     """Every rank's ``obj`` as a list on ``root``; None elsewhere."""
-    ctx = resolve(ctx)
     root = check_root(root, ctx, "gather_object")
     if ctx.size == 1:
         return [obj]

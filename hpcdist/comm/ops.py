@@ -3,11 +3,12 @@
 import enum
 
 import numpy as np
-from mpi4py import MPI
+from .mpi import MPI
 
 from .dtypes import is_sixteen_bit_float
+from .sixteen_bit_floats import half_sum_into
 
-__all__ = ["ReduceOp", "parse_op", "mpi_op", "local_reducer", "check_op_for_dtype"]
+__all__ = ["ReduceOp", "parse_op", "predefined_op", "mpi_op", "local_reducer", "check_op_for_dtype"]
 
 
 class ReduceOp(str, enum.Enum):
@@ -34,10 +35,16 @@ _NUMPY_UFUNCS = {"sum": np.add, "mean": np.add, "prod": np.multiply, "min": np.m
                  "max": np.maximum}
 _BOOL_UFUNCS = {"sum": np.logical_or, "prod": np.logical_and, "min": np.logical_and,
                 "max": np.logical_or}
-_MPI_OPS = {"sum": MPI.SUM, "mean": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
-_MPI_BOOL_OPS = {"sum": MPI.LOR, "prod": MPI.LAND, "min": MPI.LAND, "max": MPI.LOR}
+# the names of MPI's own operations (looked up on first use: MPI loads then)
+_MPI_OP_NAMES = {"sum": "SUM", "mean": "SUM", "prod": "PROD", "min": "MIN", "max": "MAX"}
+_MPI_BOOL_OP_NAMES = {"sum": "LOR", "prod": "LAND", "min": "LAND", "max": "LOR"}
 _USER_OPS = {}
 _MPI_OP_CACHE = {}  # (op, dtype) -> MPI.Op, filled on first use
+
+
+def predefined_op(op):
+    """MPI's own operation for the :func:`parse_op` name ``op`` (``mean`` is ``MPI.SUM``)."""
+    return getattr(MPI, _MPI_OP_NAMES[op])
 
 
 def parse_op(op):
@@ -106,11 +113,11 @@ def mpi_op(op, dtype):
     if mpi_operation is None:
         check_op_for_dtype(op, dtype)
         if dtype.kind == "b":
-            mpi_operation = _MPI_BOOL_OPS[op]
+            mpi_operation = getattr(MPI, _MPI_BOOL_OP_NAMES[op])
         elif is_sixteen_bit_float(dtype):
             mpi_operation = _sixteen_bit_op(op, dtype)
         else:
-            mpi_operation = _MPI_OPS[op]
+            mpi_operation = predefined_op(op)
         _MPI_OP_CACHE[key] = mpi_operation
     return mpi_operation
 
@@ -120,7 +127,6 @@ def _sixteen_bit_op(op, dtype):
     mpi_operation = _USER_OPS.get(key)
     if mpi_operation is None:
         if op in ("sum", "mean"):  # the common case: a compiled kernel, same bits as NumPy's
-            from .halves import half_sum_into
             kind = "float16" if dtype == np.float16 else "bfloat16"
 
             def combine(inbuf, inoutbuf, datatype):

@@ -8,18 +8,36 @@ receiver's buffer.
 
 import math
 import numpy as np
-from mpi4py import MPI
+from .mpi import MPI
 
 from .buffers import mpi_buffer, wrap
-from .context import resolve
+from .devices import backend_of
 from .headers import HEADER_BYTES, OK, pack_header, unpack_header
 from .movement import _hand_back, _receive_buffer
 from .requests import Request
 
 __all__ = ["send", "recv", "isend", "irecv", "ANY_SOURCE", "ANY_TAG"]
 
-ANY_SOURCE = MPI.ANY_SOURCE
-ANY_TAG = MPI.ANY_TAG
+
+
+class _Wildcard:
+    """``ANY_SOURCE`` or ``ANY_TAG``: MPI's wildcard, whose value each MPI library
+    chooses, named without loading MPI."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"hpcdist.{self.name}"
+
+    def __reduce__(self):
+        return self.name
+
+
+ANY_SOURCE = _Wildcard("ANY_SOURCE")
+ANY_TAG = _Wildcard("ANY_TAG")
 _HEADER_BYTES = HEADER_BYTES
 _INLINE_BYTES = 64 * 1024
 
@@ -50,7 +68,7 @@ def _outgoing(x, ctx, name):
     return first, data, data.nbytes
 
 
-def send(x, dest, tag=0, *, ctx=None):
+def send(x, dest, tag=0, *, ctx):
     """Send ``x`` (array or scalar, any shape and dtype) to rank ``dest``.
 
     Parameters
@@ -58,9 +76,8 @@ def send(x, dest, tag=0, *, ctx=None):
     x : array or scalar
     dest : int
     tag : int, default=0
-    ctx : Context, optional
+    ctx : Context
     """
-    ctx = resolve(ctx)
     dest = _check_peer(dest, ctx, "send", "dest")
     tag = _check_tag(tag, "send")
     first, data, nbytes = _outgoing(x, ctx, "send")
@@ -73,9 +90,8 @@ def send(x, dest, tag=0, *, ctx=None):
         ctx._end("send", start, nbytes, 0)
 
 
-def isend(x, dest, tag=0, *, ctx=None):
+def isend(x, dest, tag=0, *, ctx):
     """Start sending ``x`` to ``dest``; returns a :class:`Request` (``wait()`` gives None)."""
-    ctx = resolve(ctx)
     dest = _check_peer(dest, ctx, "isend", "dest")
     tag = _check_tag(tag, "isend")
     first, data, nbytes = _outgoing(x, ctx, "isend")
@@ -103,14 +119,26 @@ def _receive(message, status, out, ctx, name):
         host = buffer if isinstance(buffer, np.ndarray) else np.empty(shape, dtype=dtype)
         host.reshape(-1).view(np.uint8)[...] = first[_HEADER_BYTES:]
         if host is not buffer:
-            from .devices import backend_of
             backend_of(buffer).from_host(host, out=buffer)
     else:
         ctx.comm.Recv(mpi_buffer(buffer), source, tag)
     return _hand_back(buffer, target, kind, scalar_type, ctx), nbytes
 
 
-def recv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, ctx=None):
+def _matching(source, tag, ctx, name):
+    """MPI's ``(source, tag)`` for a receive: wildcards translated, the rest checked."""
+    if source is ANY_SOURCE or source == MPI.ANY_SOURCE:
+        source = MPI.ANY_SOURCE
+    else:
+        source = _check_peer(source, ctx, name, "source")
+    if tag is ANY_TAG or tag == MPI.ANY_TAG:
+        tag = MPI.ANY_TAG
+    else:
+        tag = _check_tag(tag, name)
+    return source, tag
+
+
+def recv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, ctx):
     """Receive an array or scalar sent with :func:`send` or :func:`isend`.
 
     Parameters
@@ -119,18 +147,14 @@ def recv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, ctx=None):
     tag : int, default=ANY_TAG
     out : array, optional
         Receive into this array (it must have the sender's shape and dtype).
-    ctx : Context, optional
+    ctx : Context
 
     Returns
     -------
     array or scalar
         ``out`` when given, else a new array (a scalar when a scalar was sent).
     """
-    ctx = resolve(ctx)
-    if source != ANY_SOURCE:
-        source = _check_peer(source, ctx, "recv", "source")
-    if tag != ANY_TAG:
-        tag = _check_tag(tag, "recv")
+    source, tag = _matching(source, tag, ctx, "recv")
     start = ctx._begin("recv")
     nbytes = 0
     try:
@@ -175,15 +199,11 @@ class _ReceiveRequest(Request):
         return self._result
 
 
-def irecv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, ctx=None):
+def irecv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, ctx):
     """Start receiving; returns a :class:`Request` whose ``wait()`` gives the array.
 
     The message is matched when :meth:`Request.test` first finds it or
     :meth:`Request.wait` is called.
     """
-    ctx = resolve(ctx)
-    if source != ANY_SOURCE:
-        source = _check_peer(source, ctx, "irecv", "source")
-    if tag != ANY_TAG:
-        tag = _check_tag(tag, "irecv")
+    source, tag = _matching(source, tag, ctx, "irecv")
     return _ReceiveRequest(ctx, source, tag, out)

@@ -1,14 +1,14 @@
 """Reductions: allreduce, reduce and reduce_scatter."""
 
 import math
+from time import perf_counter as _perf_counter
 import numpy as np
-from mpi4py import MPI
+from .mpi import MPI
 
 from .algorithms import ALGORITHMS
 from .buffers import DEVICE_DIRECT, HOST, describe, mpi_buffer, output_for, wrap
 from .checks import agree
 from .dtypes import is_sixteen_bit_float
-from .context import _DEFAULT, _perf_counter, resolve
 from .ops import mpi_op, parse_op
 from .._partition import balanced_counts, validate_counts
 
@@ -34,7 +34,7 @@ def _divide_for_mean(result, payload, size):
         np.true_divide(result, size, out=result)
 
 
-def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx=None):
+def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx):
     """Combine ``x`` from every rank; every rank gets the result.
 
     Parameters
@@ -48,7 +48,7 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx=None):
     algorithm : {"auto", "ring", "tree", "hierarchical"}, default="auto"
         ``"auto"`` uses the MPI library's own allreduce; the others are
         hpcdist's implementations (equal up to floating-point reassociation).
-    ctx : Context, optional
+    ctx : Context
 
     Returns
     -------
@@ -59,8 +59,6 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx=None):
     --------
     >>> total = hpcdist.allreduce(np.ones(4), op="sum")   # doctest: +SKIP
     """
-    if ctx is None:
-        ctx = _DEFAULT[0] if _DEFAULT else resolve(ctx)
     if type(x) is np.ndarray and algorithm == "auto" and not ctx.check:
         # fast path: a combination the general path below has already validated
         try:
@@ -133,7 +131,7 @@ def _explicit_allreduce(ctx, payload, data, result, op, algorithm):
     payload.backend.from_host(host, out=result)
 
 
-def reduce(x, op="sum", *, root=0, ctx=None):
+def reduce(x, op="sum", *, root=0, ctx):
     """Combine ``x`` from every rank onto ``root``.
 
     Parameters
@@ -141,14 +139,13 @@ def reduce(x, op="sum", *, root=0, ctx=None):
     x : array or scalar
     op : {"sum", "mean", "min", "max", "prod"} or ReduceOp, default="sum"
     root : int, default=0
-    ctx : Context, optional
+    ctx : Context
 
     Returns
     -------
     array, scalar or None
         The result on ``root``; None on the other ranks.
     """
-    ctx = resolve(ctx)
     op = parse_op(op)
     root = check_root(root, ctx, "reduce")
     payload = wrap(x, ctx, "reduce")
@@ -170,7 +167,7 @@ def reduce(x, op="sum", *, root=0, ctx=None):
     return payload.deliver(result)
 
 
-def reduce_scatter(x, op="sum", counts=None, *, ctx=None):
+def reduce_scatter(x, op="sum", counts=None, *, ctx):
     """Reduce ``x`` over ranks and give rank ``r`` block ``r`` along axis 0.
 
     Parameters
@@ -181,13 +178,12 @@ def reduce_scatter(x, op="sum", counts=None, *, ctx=None):
     counts : sequence of int, optional
         Rows of each rank's block (default: balanced, the first ``n % size``
         ranks get one more).
-    ctx : Context, optional
+    ctx : Context
 
     Returns
     -------
     array of shape (counts[rank], ...)
     """
-    ctx = resolve(ctx)
     op = parse_op(op)
     payload = wrap(x, ctx, "reduce_scatter")
     data = payload.data

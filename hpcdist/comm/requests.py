@@ -5,11 +5,10 @@ import threading
 import time
 
 import numpy as np
-from mpi4py import MPI
+from .mpi import MPI
 
 from .buffers import mpi_buffer, output_for, wrap, describe
 from .checks import agree
-from .context import resolve
 from .movement import (_describe_except, _exchange_rows, _from_rows, _rows_first, _vector_spec,
                        broadcast)
 from .ops import mpi_op, parse_op
@@ -140,14 +139,13 @@ class CompletedRequest(Request):
         self._complete()
 
 
-def iallreduce(x, op="sum", *, out=None, ctx=None):
+def iallreduce(x, op="sum", *, out=None, ctx):
     """Start an allreduce; returns a :class:`Request` whose ``wait()`` gives the result.
 
     Parameters are those of :func:`hpcdist.allreduce` (the MPI library's
     algorithm is used). Do not touch ``x`` or ``out`` until the request
     completes.
     """
-    ctx = resolve(ctx)
     op = parse_op(op)
     payload = wrap(x, ctx, "iallreduce", slot=None)
     data = payload.data
@@ -170,14 +168,13 @@ def iallreduce(x, op="sum", *, out=None, ctx=None):
     return Request(ctx, "iallreduce", [request], finish, (data.nbytes, data.nbytes))
 
 
-def ibroadcast(x, root=0, *, ctx=None):
+def ibroadcast(x, root=0, *, ctx):
     """Start a broadcast; returns a :class:`Request` whose ``wait()`` gives the result.
 
     Receivers passing an array get it filled in place. Receivers passing
     None learn the shape first (a short blocking exchange), then the data
     moves without blocking.
     """
-    ctx = resolve(ctx)
     root = check_root(root, ctx, "ibroadcast")
     if ctx.size == 1:
         return CompletedRequest(ctx, "ibroadcast", broadcast(x, root, ctx=ctx))
@@ -212,13 +209,12 @@ def ibroadcast(x, root=0, *, ctx=None):
     return Request(ctx, "ibroadcast", [request], finish, nbytes)
 
 
-def iallgather(x, axis=0, *, counts=None, ctx=None):
+def iallgather(x, axis=0, *, counts=None, ctx):
     """Start an allgather; returns a :class:`Request` whose ``wait()`` gives the result.
 
     Without ``counts`` the sizes along ``axis`` are exchanged first (a
     short blocking step); the data itself moves without blocking.
     """
-    ctx = resolve(ctx)
     payload = wrap(x, ctx, "iallgather", slot=None)
     data, axis = _rows_first(payload, axis, "iallgather")
     if ctx.check:

@@ -1,7 +1,9 @@
 """Keep ranks x threads within a node's cores."""
 
 import os
-import sys
+
+import numba
+from threadpoolctl import threadpool_limits
 
 __all__ = ["limit_threads_per_rank", "THREAD_VARIABLES"]
 
@@ -51,16 +53,12 @@ def limit_threads_per_rank(local_size, cores=None):
     if threads >= cores:
         return None
     changed = False
+    if "NUMBA_NUM_THREADS" not in os.environ:
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        changed = True
     if not any(name in os.environ for name in THREAD_VARIABLES if name != "NUMBA_NUM_THREADS"):
-        from threadpoolctl import threadpool_limits
+        # after Numba, whose OpenMP pool may have just started with a thread per core
         _LIMITER.append(threadpool_limits(limits=threads))
         os.environ["OMP_NUM_THREADS"] = str(threads)
-        changed = True
-    if "NUMBA_NUM_THREADS" not in os.environ:
-        if "numba" in sys.modules:
-            import numba
-            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-        else:
-            os.environ["NUMBA_NUM_THREADS"] = str(threads)
         changed = True
     return threads if changed else None

@@ -5,14 +5,10 @@ import json
 import os
 import time
 
-__all__ = ["timeline", "active_trace"]
+from .default import resolve_context
+from .trace import RECORDING
 
-_ACTIVE = []  # the open recording, when any: [events list, origin time]
-
-
-def active_trace():
-    """The event list being recorded, or None."""
-    return _ACTIVE[0][0] if _ACTIVE else None
+__all__ = ["timeline"]
 
 
 @contextlib.contextmanager
@@ -35,17 +31,16 @@ def timeline(path, ctx=None):
     >>> with hpcdist.timeline("trace.json"):    # doctest: +SKIP
     ...     hpcdist.allreduce(x)
     """
-    from .context import resolve
-    ctx = resolve(ctx)
-    if _ACTIVE:
+    ctx = resolve_context(ctx)
+    if RECORDING:
         raise RuntimeError("hpcdist.timeline is already recording; nest no timelines")
     ctx.comm.Barrier()
     events = []
-    _ACTIVE.append((events, time.perf_counter()))
+    RECORDING.append((events, time.perf_counter()))
     try:
         yield path
     finally:
-        _, origin = _ACTIVE.pop()
+        _, origin = RECORDING.pop()
         gathered = ctx.comm.gather(_to_chrome_events(events, origin, ctx.rank), root=0)
         if ctx.rank == 0:
             _write(path, gathered, ctx.size)

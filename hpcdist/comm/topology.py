@@ -3,7 +3,7 @@
 import os
 from dataclasses import dataclass
 
-from mpi4py import MPI
+from .mpi import MPI
 
 __all__ = ["Topology", "detect_topology"]
 

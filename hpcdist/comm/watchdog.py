@@ -15,16 +15,37 @@ import time
 import weakref
 
 import numpy as np
-from mpi4py import MPI
+from .mpi import MPI
 
 from .abort import abort_job
 from .checks import format_ranks
 
-__all__ = ["Watchdog", "stall_timeout_from_env"]
+__all__ = ["Watchdog", "stall_timeout_from_env", "running_watchdog", "start_watchdog",
+           "stop_watchdog"]
 
 _QUERY, _REPLY = 1, 2
 _POLL_SECONDS = 0.25
 _REPLY_GRACE_SECONDS = 5.0
+_RUNNING = []  # the process's watchdog, while one runs
+
+
+def running_watchdog():
+    """The process's running :class:`Watchdog`, or None."""
+    return _RUNNING[0] if _RUNNING else None
+
+
+def start_watchdog(timeout):
+    """Start the process's watchdog on a duplicate of ``MPI.COMM_WORLD`` (once)."""
+    if not _RUNNING:
+        _RUNNING.append(Watchdog(MPI.COMM_WORLD.Dup(), timeout))
+
+
+def stop_watchdog():
+    """Stop the process's watchdog, if one runs, and free its communicator."""
+    if _RUNNING:
+        watchdog = _RUNNING.pop()
+        watchdog.stop()
+        watchdog.comm.Free()
 
 
 def stall_timeout_from_env():

@@ -1,10 +1,9 @@
-"""compressed_allreduce: combine every rank's compressed array.
+"""compressed_allreduce: combine every rank's compressed array."""
 
-The communication layer (and with it MPI) is imported on the first call, so
-the compressors themselves can be imported and used without MPI.
-"""
 import numpy as np
 
+from ..comm import allgather, allreduce, resolve_context
+from ..comm.ops import check_op_for_dtype
 from .base import finish, kernel_dtype
 
 __all__ = ["compressed_allreduce"]
@@ -25,7 +24,6 @@ def _nbytes(payload):
 
 def _allreduce_rounds(compressor, payload, meta, ctx):
     """Sum each payload array over the ranks, round after round (PowerSGD has two)."""
-    from ..comm import allreduce
     sent = received = 0
     while True:
         sent += _nbytes(payload)
@@ -42,7 +40,6 @@ def _allreduce_rounds(compressor, payload, meta, ctx):
 
 def _allgather_payloads(payload, ctx):
     """Every rank's payload (a list in rank order); sizes are exchanged first."""
-    from ..comm import allgather
     flats = [np.ascontiguousarray(a).reshape(-1) for a in payload]
     if ctx.size == 1:
         return [tuple(flats)], _nbytes(flats)
@@ -118,10 +115,7 @@ def compressed_allreduce(x, compressor, *, name, op="mean", ctx=None):
     counted there (they appear under ``allgather``, as do the inner
     collectives).
     """
-    from ..comm.context import resolve
-    from ..comm.ops import check_op_for_dtype
-
-    ctx = resolve(ctx)
+    ctx = resolve_context(ctx)
     op = _parse_op(op)
     collective = getattr(compressor, "collective", None)
     if collective not in ("allreduce", "allgather"):

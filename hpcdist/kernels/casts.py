@@ -1,13 +1,13 @@
 """Half-precision casts: float16 and bfloat16 on their bit patterns.
 
-Parallel kernels over the bit functions of :mod:`hpcdist.comm.halves` (which
+Parallel kernels over the bit functions of :mod:`hpcdist.comm.sixteen_bit_floats` (which
 the MPI sum of 16-bit floats uses too): from float32, rounding to nearest
 even; to float32, exact. Both equal NumPy's and ml_dtypes' casts bit for bit.
 """
 import ml_dtypes
 import numpy as np
 
-from ..comm.halves import half_bits, half_format, half_value
+from ..comm.sixteen_bit_floats import half_bits, half_format, half_value
 from ._arrays import check_dtype, flat_float, is_cupy
 from .._numba import JIT_PARALLEL, njit, prange
 
@@ -18,7 +18,7 @@ _KINDS = {"float16": np.dtype(np.float16), "bfloat16": BFLOAT16}
 
 
 # The 16-bit format comes in as a flag (bfloat16 or float16) for the bit
-# functions of hpcdist.comm.halves (see half_format for why not the functions).
+# functions of hpcdist.comm.sixteen_bit_floats (see half_format for why not the functions).
 @njit(**JIT_PARALLEL)
 def _narrow_kernel(u, out, bfloat):
     for i in prange(u.size):

@@ -15,6 +15,7 @@ import numbers
 
 import numpy as np
 
+from ..comm import allreduce, resolve_context
 from .layers import (cached, check_float_dtype, check_grad_output, check_positive_int,
                      compute_dtype, float_input)
 from .module import Module, Parameter, array_module
@@ -257,14 +258,12 @@ class SyncBatchNorm(BatchNorm1d):
         self._used_ctx = None
 
     def _context(self):
-        from ..comm.context import resolve
-        return resolve(self.ctx)
+        return resolve_context(self.ctx)
 
     def _batch_stats(self, x, axes):
         ctx = self._used_ctx = self._context()
         if ctx.size == 1:
             return super()._batch_stats(x, axes)
-        from ..comm.reductions import allreduce
         xp = array_module(x)
         count = x.size // self.num_features
         total = x.sum(axis=axes, dtype=np.float64)
@@ -288,7 +287,6 @@ class SyncBatchNorm(BatchNorm1d):
         ctx = self._used_ctx
         if ctx is None or ctx.size == 1:
             return sums
-        from ..comm.reductions import allreduce
         return allreduce(sums, op="sum", ctx=ctx)
 
     @classmethod

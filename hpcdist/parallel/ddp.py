@@ -23,10 +23,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ..comm.context import resolve
-from ..comm.movement import broadcast
-from ..comm.objects import allgather_object, broadcast_object
-from ..comm.requests import ProgressPoller, iallreduce
+from ..comm import allgather_object, broadcast, broadcast_object, iallreduce, resolve_context
+from ..comm.requests import ProgressPoller
 from ..nn.module import Module, array_module
 from .buckets import assign_buckets
 
@@ -89,7 +87,7 @@ class DistributedDataParallel(Module):
             raise ValueError(f"DistributedDataParallel: bucket_size_mb={bucket_size_mb} should "
                              "be >= 0 (0: one bucket per parameter, inf: one bucket)")
         self.module = module
-        self.ctx = resolve(ctx)
+        self.ctx = resolve_context(ctx)
         self.bucket_size_mb = bucket_size_mb
         self.broadcast_buffers = bool(broadcast_buffers)
         self.compression = compression

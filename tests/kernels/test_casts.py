@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hpcdist.kernels import from_half, to_half
-from hpcdist.comm.halves import half_sum_into
+from hpcdist.comm.sixteen_bit_floats import half_sum_into
 
 DTYPES = [np.float32, np.float64]
 SPECIALS = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 3.3895314e38, 1e-40, 65504.0,
@@ -93,7 +93,7 @@ def test_bad_input():
 
 _CACHE_SCRIPT = """
 import numpy as np
-from hpcdist.comm.halves import half_sum_into
+from hpcdist.comm.sixteen_bit_floats import half_sum_into
 from hpcdist.kernels import from_half, to_half
 bits = np.ones(8, np.float16).view(np.uint16)
 for kind in ("float16", "bfloat16"):

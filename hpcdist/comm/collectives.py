@@ -1,0 +1,109 @@
+"""The collectives as module-level functions: ``hpcdist.allreduce(x, ctx=None)``.
+
+Each calls the same implementation as the :class:`~hpcdist.comm.context.Context`
+method of the same name, on ``ctx`` or else the default context.
+"""
+
+from . import movement, objects, p2p, reductions, requests
+from .context import documented_by
+from .default import resolve_context
+
+__all__ = ["allreduce", "reduce", "reduce_scatter", "broadcast", "allgather", "gather",
+           "scatter", "alltoall", "send", "recv", "isend", "irecv", "iallreduce", "ibroadcast",
+           "iallgather", "allreduce_object", "broadcast_object", "allgather_object",
+           "gather_object"]
+
+
+@documented_by(reductions.allreduce)
+def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx=None):
+    return reductions.allreduce(x, op, out=out, algorithm=algorithm, ctx=resolve_context(ctx))
+
+
+@documented_by(reductions.reduce)
+def reduce(x, op="sum", *, root=0, ctx=None):
+    return reductions.reduce(x, op, root=root, ctx=resolve_context(ctx))
+
+
+@documented_by(reductions.reduce_scatter)
+def reduce_scatter(x, op="sum", counts=None, *, ctx=None):
+    return reductions.reduce_scatter(x, op, counts, ctx=resolve_context(ctx))
+
+
+@documented_by(movement.broadcast)
+def broadcast(x, root=0, *, shape_known=False, ctx=None):
+    return movement.broadcast(x, root, shape_known=shape_known, ctx=resolve_context(ctx))
+
+
+@documented_by(movement.allgather)
+def allgather(x, axis=0, *, counts=None, ctx=None):
+    return movement.allgather(x, axis, counts=counts, ctx=resolve_context(ctx))
+
+
+@documented_by(movement.gather)
+def gather(x, root=0, axis=0, *, ctx=None):
+    return movement.gather(x, root, axis, ctx=resolve_context(ctx))
+
+
+@documented_by(movement.scatter)
+def scatter(x, root=0, axis=0, counts=None, *, ctx=None):
+    return movement.scatter(x, root, axis, counts, ctx=resolve_context(ctx))
+
+
+@documented_by(movement.alltoall)
+def alltoall(x, counts=None, *, ctx=None):
+    return movement.alltoall(x, counts, ctx=resolve_context(ctx))
+
+
+@documented_by(p2p.send)
+def send(x, dest, tag=0, *, ctx=None):
+    return p2p.send(x, dest, tag, ctx=resolve_context(ctx))
+
+
+@documented_by(p2p.recv)
+def recv(source=p2p.ANY_SOURCE, tag=p2p.ANY_TAG, out=None, *, ctx=None):
+    return p2p.recv(source, tag, out, ctx=resolve_context(ctx))
+
+
+@documented_by(p2p.isend)
+def isend(x, dest, tag=0, *, ctx=None):
+    return p2p.isend(x, dest, tag, ctx=resolve_context(ctx))
+
+
+@documented_by(p2p.irecv)
+def irecv(source=p2p.ANY_SOURCE, tag=p2p.ANY_TAG, out=None, *, ctx=None):
+    return p2p.irecv(source, tag, out, ctx=resolve_context(ctx))
+
+
+@documented_by(requests.iallreduce)
+def iallreduce(x, op="sum", *, out=None, ctx=None):
+    return requests.iallreduce(x, op, out=out, ctx=resolve_context(ctx))
+
+
+@documented_by(requests.ibroadcast)
+def ibroadcast(x, root=0, *, ctx=None):
+    return requests.ibroadcast(x, root, ctx=resolve_context(ctx))
+
+
+@documented_by(requests.iallgather)
+def iallgather(x, axis=0, *, counts=None, ctx=None):
+    return requests.iallgather(x, axis, counts=counts, ctx=resolve_context(ctx))
+
+
+@documented_by(objects.allreduce_object)
+def allreduce_object(obj, op="sum", *, ctx=None):
+    return objects.allreduce_object(obj, op, ctx=resolve_context(ctx))
+
+
+@documented_by(objects.broadcast_object)
+def broadcast_object(obj, root=0, *, ctx=None):
+    return objects.broadcast_object(obj, root, ctx=resolve_context(ctx))
+
+
+@documented_by(objects.allgather_object)
+def allgather_object(obj, *, ctx=None):
+    return objects.allgather_object(obj, ctx=resolve_context(ctx))
+
+
+@documented_by(objects.gather_object)
+def gather_object(obj, root=0, *, ctx=None):
+    return objects.gather_object(obj, root, ctx=resolve_context(ctx))

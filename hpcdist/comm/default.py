@@ -1,0 +1,174 @@
+"""The default context and the one way to get a context: :func:`resolve_context`.
+
+:func:`init` creates the default context (on first use when not called);
+:func:`resolve_context` turns any ``ctx=``/``comm=`` argument into a
+:class:`~hpcdist.comm.context.Context`. A raw mpi4py communicator gets one
+owned context, cached on the communicator itself (an MPI attribute) and freed
+with it, so an estimator given ``comm=MPI.COMM_WORLD`` does not create a new
+communicator at every call.
+"""
+
+import atexit
+import os
+
+from .abort import install_abort_hook
+from .context import Context
+from .mpi import MPI, mpi_is_loaded
+from .threads import limit_threads_per_rank
+from .watchdog import stall_timeout_from_env, start_watchdog, stop_watchdog
+
+__all__ = ["init", "finalize", "get_context", "resolve_context", "get_rank", "get_world_size",
+           "get_local_rank", "is_main_process", "barrier"]
+
+_DEFAULT = []        # the default context, once created
+_OWNED = {}          # id(owned context) -> (communicator, context), for raw communicators
+_OWNED_KEYVAL = []   # the MPI attribute key under which a communicator keeps its context
+_AT_EXIT = []        # whether finalize is registered to run at exit
+
+
+def _check_from_env():
+    value = os.environ.get("HPCDIST_CHECK", "0").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"HPCDIST_CHECK={value!r} is not understood; use 0 or 1")
+
+
+def _check_communicator(comm, name):
+    if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
+        raise TypeError(f"{name} must be an mpi4py communicator such as MPI.COMM_WORLD, "
+                        f"got {comm!r}")
+
+
+def init(comm=None, *, device="auto", check=None, abort_on_error=True):
+    """Create the default context (idempotent: later calls return it).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm, optional
+        The communicator to work on (default ``MPI.COMM_WORLD``); hpcdist
+        uses a duplicate of it.
+    device : str, default="auto"
+        ``"auto"`` picks ``cuda:<local_rank % n_gpus>`` when CuPy sees a GPU,
+        else ``"cpu"``; or ``"cpu"``, ``"cuda"``, ``"cuda:N"``.
+    check : bool, optional
+        Cross-rank agreement checks before each collective; default from
+        the environment variable ``HPCDIST_CHECK`` (off when unset).
+    abort_on_error : bool, default=True
+        An uncaught exception on any rank aborts the whole job after
+        printing its traceback with the rank, instead of hanging the others.
+
+    Returns
+    -------
+    Context
+    """
+    if _DEFAULT:
+        return _DEFAULT[0]
+    if comm is None:
+        comm = MPI.COMM_WORLD
+    _check_communicator(comm, "comm")
+    check = _check_from_env() if check is None else bool(check)
+    timeout = stall_timeout_from_env()
+    if not _AT_EXIT:  # registered after MPI loaded, so it runs before mpi4py finalizes MPI
+        atexit.register(finalize)
+        _AT_EXIT.append(True)
+    world_size = MPI.COMM_WORLD.Get_size()
+    if timeout > 0 and world_size > 1:
+        start_watchdog(timeout)
+    ctx = Context(comm.Dup(), device=device, check=check)
+    limit_threads_per_rank(ctx.local_size)
+    if abort_on_error and world_size > 1:
+        install_abort_hook()
+    _DEFAULT.append(ctx)
+    return ctx
+
+
+def finalize():
+    """Release the default context, its children, owned contexts and the watchdog.
+
+    MPI itself stays initialised (mpi4py finalizes it at exit); a later
+    :func:`init` creates a new default context.
+    """
+    if not mpi_is_loaded() or MPI.Is_finalized():
+        return
+    stop_watchdog()
+    if _DEFAULT:
+        _DEFAULT.pop().free()
+    for comm, _ in list(_OWNED.values()):
+        comm.Delete_attr(_OWNED_KEYVAL[0])  # MPI calls _free_owned
+
+
+def get_context():
+    """The default context, created by :func:`init` on first use."""
+    return _DEFAULT[0] if _DEFAULT else init()
+
+
+def resolve_context(ctx=None):
+    """The :class:`Context` for a ``ctx=`` or ``comm=`` argument.
+
+    Parameters
+    ----------
+    ctx : None, Context or mpi4py.MPI.Comm
+        None means the default context (created on first use); a Context is
+        used as given; a raw communicator gets one context of its own, a
+        duplicate of it, created on first use, cached for that communicator
+        and freed when the communicator is freed (or at :func:`finalize`).
+
+    Returns
+    -------
+    Context
+    """
+    if ctx is None:
+        return _DEFAULT[0] if _DEFAULT else init()
+    if isinstance(ctx, Context):
+        return ctx
+    if hasattr(ctx, "Get_rank") and hasattr(ctx, "Dup"):
+        return _owned_context(ctx)
+    raise TypeError(f"ctx={ctx!r} should be None, an hpcdist Context or an mpi4py "
+                    "communicator")
+
+
+def _owned_context(comm):
+    _check_communicator(comm, "comm")
+    if not _OWNED_KEYVAL:
+        _OWNED_KEYVAL.append(MPI.Comm.Create_keyval(delete_fn=_free_owned))
+    keyval = _OWNED_KEYVAL[0]
+    ctx = comm.Get_attr(keyval)
+    if ctx is None:
+        default = get_context()  # the process-wide set-up (watchdog, abort hook) first
+        ctx = Context(comm.Dup(), device=default.device, check=default.check)
+        comm.Set_attr(keyval, ctx)
+        _OWNED[id(ctx)] = (comm, ctx)
+    return ctx
+
+
+def _free_owned(comm, keyval, ctx):
+    """MPI calls this when a communicator with an owned context is freed."""
+    if _OWNED.pop(id(ctx), None) is not None:
+        ctx.free()
+
+
+def get_rank():
+    """This process's rank in the default context."""
+    return get_context().rank
+
+
+def get_world_size():
+    """The number of ranks of the default context."""
+    return get_context().size
+
+
+def get_local_rank():
+    """This process's index among the ranks on its node."""
+    return get_context().local_rank
+
+
+def is_main_process():
+    """Whether this is rank 0 of the default context."""
+    return get_context().is_main
+
+
+def barrier(ctx=None):
+    """Wait until every rank has arrived."""
+    resolve_context(ctx).barrier()

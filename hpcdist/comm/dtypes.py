@@ -7,24 +7,21 @@ user-defined operations of :mod:`hpcdist.comm.ops`, never as integers.
 """
 
 import numpy as np
-from .mpi import MPI
+from ml_dtypes import bfloat16
 
-try:  # ml_dtypes ships bfloat16 for NumPy; it is a core dependency
-    from ml_dtypes import bfloat16
-except ImportError:  # pragma: no cover - exercised only without ml_dtypes
-    bfloat16 = None
+from .mpi import MPI
 
 __all__ = ["mpi_datatype", "SIXTEEN_BIT_FLOATS", "is_sixteen_bit_float", "check_dtype",
            "dtype_code", "dtype_from_code", "load_datatypes", "PREDEFINED_DATATYPES"]
 
 #: dtypes reduced by hpcdist's own MPI operations
-SIXTEEN_BIT_FLOATS = tuple(np.dtype(t) for t in (np.float16, bfloat16) if t is not None)
+SIXTEEN_BIT_FLOATS = (np.dtype(np.float16), np.dtype(bfloat16))
 
 # A table of every supported dtype; the index is the code sent in headers.
 _SUPPORTED = [np.dtype(t) for t in (
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
     np.uint64, np.float16, np.float32, np.float64, np.longdouble, np.complex64,
-    np.complex128, np.clongdouble)] + ([np.dtype(bfloat16)] if bfloat16 is not None else [])
+    np.complex128, np.clongdouble, bfloat16)]
 _CODES = {dt: i for i, dt in enumerate(_SUPPORTED)}
 _PREDEFINED_NAMES = (
     (np.bool_, "C_BOOL"), (np.int8, "INT8_T"), (np.int16, "INT16_T"), (np.int32, "INT32_T"),

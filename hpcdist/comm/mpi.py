@@ -10,7 +10,7 @@ attribute lookup loads the real module; mpi4py's settings are never changed.
 import sys
 import types
 
-__all__ = ["MPI", "load_mpi", "mpi_is_loaded"]
+__all__ = ["MPI", "load_mpi", "mpi_is_loaded", "world_rank"]
 
 
 def load_mpi():
@@ -22,6 +22,16 @@ def load_mpi():
 def mpi_is_loaded():
     """Whether ``mpi4py.MPI`` has been imported, by hpcdist or by the user."""
     return "mpi4py.MPI" in sys.modules
+
+
+def world_rank():
+    """This process's rank in ``MPI.COMM_WORLD``, or 0 while MPI is not initialised.
+
+    Starts no MPI (a per-rank default, e.g. a seed, before any communication).
+    """
+    if mpi_is_loaded() and MPI.Is_initialized() and not MPI.Is_finalized():
+        return MPI.COMM_WORLD.Get_rank()
+    return 0
 
 
 class _MPIOnFirstUse(types.ModuleType):

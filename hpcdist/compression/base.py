@@ -17,22 +17,19 @@ all ranks are combined by :func:`~hpcdist.compression.compressed_allreduce`:
 import numbers
 import zlib
 
+import ml_dtypes
 import numpy as np
 
 __all__ = ["Compressor", "validate_ratio", "validate_positive_int", "call_seed", "kernel_input",
            "is_float_dtype", "kernel_dtype", "finish"]
 
-try:  # bfloat16 is a float too (ml_dtypes is a dependency of the comm layer)
-    import ml_dtypes as _ml_dtypes
-    _BFLOAT16 = np.dtype(_ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover
-    _BFLOAT16 = None
+_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)  # a float too
 
 
 def is_float_dtype(dtype):
     """True for real floating dtypes (float16, bfloat16, float32, float64, ...)."""
     dtype = np.dtype(dtype)
-    return dtype.kind == "f" or (_BFLOAT16 is not None and dtype == _BFLOAT16)
+    return dtype.kind == "f" or dtype == _BFLOAT16
 
 
 def kernel_dtype(dtype):

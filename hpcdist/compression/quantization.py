@@ -2,19 +2,10 @@
 import numpy as np
 
 from .. import kernels
+from ..comm.mpi import world_rank
 from .base import Compressor, finish, kernel_dtype, kernel_input, validate_positive_int
 
 __all__ = ["QSGDCompressor", "SignCompressor"]
-
-
-
-def _world_rank():
-    """This process's rank in MPI.COMM_WORLD, without starting MPI just for this."""
-    import sys
-    if "mpi4py.MPI" not in sys.modules:
-        return 0
-    from mpi4py import MPI
-    return MPI.COMM_WORLD.Get_rank() if MPI.Is_initialized() else 0
 
 
 class QSGDCompressor(Compressor):
@@ -45,7 +36,7 @@ class QSGDCompressor(Compressor):
         if self.levels > 32767:
             raise ValueError(f"QSGDCompressor: levels={levels!r} should be <= 32767 "
                              f"(levels are sent as int16)")
-        self.seed = _world_rank() if seed is None else int(seed)
+        self.seed = world_rank() if seed is None else int(seed)
 
     def __repr__(self):
         return f"QSGDCompressor(levels={self.levels!r}, seed={self.seed!r})"

@@ -6,6 +6,7 @@ and dtype.
 import math
 
 import numpy as np
+from scipy.special import erf
 
 from .layers import cached, check_grad_output, compute_dtype, float_input
 from .module import Module, array_module
@@ -59,10 +60,9 @@ _GELU_CUBIC = 0.044715
 def _erf(xp):
     """The error function of ``xp`` (SciPy comes with scikit-learn; CuPy has its own)."""
     if xp is np:
-        from scipy.special import erf
-    else:
-        from cupyx.scipy.special import erf
-    return erf
+        return erf
+    from cupyx.scipy.special import erf as cupy_erf
+    return cupy_erf
 
 
 class GELU(Module):

@@ -68,8 +68,7 @@ import numbers
 
 import numpy as np
 
-import hpcdist
-
+from ..comm import allreduce, broadcast
 from .module import Module, Parameter, array_module
 from .optim.optimizer import Optimizer
 
@@ -198,7 +197,7 @@ class DynamicLossScaler:
         found = bool(found)
         if self.ctx is None or self.ctx.size == 1:
             return found
-        return hpcdist.allreduce(1 if found else 0, op="max", ctx=self.ctx) > 0
+        return allreduce(1 if found else 0, op="max", ctx=self.ctx) > 0
 
     def unscale(self, optimizer):
         """Divide the gradients of ``optimizer``'s parameters by the scale, in place.
@@ -361,7 +360,7 @@ class MixedPrecision:
                                         requires_grad=p.requires_grad) for p in self.params]
         if ctx is not None and ctx.size > 1:
             for master in self.master_params:
-                hpcdist.broadcast(master.data, root=0, shape_known=True, ctx=ctx)
+                broadcast(master.data, root=0, shape_known=True, ctx=ctx)
         self.optimizer = self._bind_optimizer(optimizer)
         cast_module(module, self.dtype)
         for p, master in zip(self.params, self.master_params):

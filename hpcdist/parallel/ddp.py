@@ -25,6 +25,7 @@ import numpy as np
 
 from ..comm import allgather_object, broadcast, broadcast_object, iallreduce, resolve_context
 from ..comm.requests import ProgressPoller
+from ..compression import compressed_allreduce
 from ..nn.module import Module, array_module
 from .buckets import assign_buckets
 
@@ -208,7 +209,6 @@ class DistributedDataParallel(Module):
             if self._poller is not None:
                 self._poller.add(bucket.request)
             return
-        from ..compression import compressed_allreduce
         reduced = compressed_allreduce(bucket.flat, self._compressors[bucket.index],
                                        name=f"bucket{bucket.index}", op="mean", ctx=self.ctx)
         bucket.flat[...] = reduced

@@ -16,6 +16,7 @@ import numbers
 
 import numpy as np
 
+from ...kernels import scale_add
 from ..module import Parameter, array_module
 
 __all__ = ["Optimizer", "check_nonnegative"]
@@ -267,7 +268,6 @@ def add_scaled_(target, scale, values):
     if (isinstance(target, np.ndarray) and isinstance(values, np.ndarray)
             and target.dtype == values.dtype and target.dtype in _FUSED_DTYPES
             and target.ndim > 0 and target.flags.c_contiguous and values.flags.c_contiguous):
-        from ...kernels import scale_add
         scale_add(target, values, scale)
     else:
         target += scale * values

@@ -113,6 +113,39 @@ def test_context_method_equals_module_function(ctx):
             np.testing.assert_array_equal(r, expected)
 
 
+def _check_owned_contexts(ctx):
+    """A raw communicator gets one Dup'd context, cached on it and freed with it."""
+    owned = hpcdist.comm.resolve_context(MPI.COMM_WORLD)
+    assert owned is not ctx and owned is hpcdist.comm.resolve_context(MPI.COMM_WORLD)
+    assert MPI.Comm.Compare(owned.comm, MPI.COMM_WORLD) == MPI.CONGRUENT
+    assert hpcdist.comm.resolve_context(ctx) is ctx
+    assert hpcdist.comm.resolve_context(None) is ctx
+    user_comm = MPI.COMM_WORLD.Dup()
+    first = hpcdist.comm.resolve_context(user_comm)
+    total = 0.0
+    for _ in range(3000):  # leaked communicators ran out at a few hundred per rank
+        total += hpcdist.allreduce(1.0, ctx=hpcdist.comm.resolve_context(user_comm))
+    assert total == 3000.0 * ctx.size
+    assert hpcdist.comm.resolve_context(user_comm) is first
+    own_comm = first.comm
+    user_comm.Free()  # frees the owned context's duplicate too
+    assert own_comm == MPI.COMM_NULL
+    with pytest.raises(TypeError, match="mpi4py communicator"):
+        hpcdist.comm.resolve_context(MPI.COMM_NULL)
+    with pytest.raises(TypeError, match="should be None, an hpcdist Context"):
+        hpcdist.comm.resolve_context("world")
+
+
+def test_owned_contexts_serial(ctx):
+    _check_owned_contexts(ctx)
+
+
+@pytest.mark.mpi
+def test_owned_contexts(ctx):
+    with all_ranks("owned contexts"):
+        _check_owned_contexts(ctx)
+
+
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("key_kind", ["zero", "reverse"])
 def test_split_by_parity(ctx, key_kind):

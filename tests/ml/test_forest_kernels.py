@@ -4,10 +4,13 @@ import math
 import numpy as np
 import pytest
 
-from hpcdist.ml.forest._subtree_kernels import (CRITERIA, MAX_BOOTSTRAP_WEIGHT, bin_columns,
-                                   bootstrap_weights, build_histograms, child_keys,
-                                   evaluate_nodes, feature_orders, forest_mean_values,
-                                   grow_subtrees, hash_below, partition_nodes, root_keys)
+from hpcdist.ml.forest._bin_kernels import bin_columns
+from hpcdist.ml.forest._hash_kernels import (MAX_BOOTSTRAP_WEIGHT, bootstrap_weights, child_keys,
+                                             feature_orders, hash_below, root_keys)
+from hpcdist.ml.forest._level_kernels import build_histograms, evaluate_nodes, partition_nodes
+from hpcdist.ml.forest._predict_kernels import forest_mean_values
+from hpcdist.ml.forest._split_kernels import CRITERIA
+from hpcdist.ml.forest._subtree_kernels import grow_subtrees
 
 
 @pytest.mark.parametrize("n_edges", [0, 1, 2, 3, 7, 16, 255])

@@ -15,9 +15,8 @@ values with that threshold.
 """
 import numpy as np
 
-from ...comm.movement import allgather
-from ...comm.objects import allgather_object
-from ._subtree_kernels import bin_columns
+from ...comm import allgather, allgather_object
+from ._bin_kernels import bin_columns
 from .sampling import row_sample
 
 __all__ = ["BinEdges", "find_bin_edges", "SAMPLE_SIZE"]

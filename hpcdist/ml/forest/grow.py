@@ -18,7 +18,7 @@ Whole subtree on one rank (``W <= local_threshold``, PLANET style)
 
 Both paths make the same decision for the same node (the same feature
 draws, the same integer statistics, the same split function, see
-:mod:`hpcdist.kernels.trees`), so the threshold only moves work between
+:mod:`._split_kernels`), so the threshold only moves work between
 ranks: the forest is the same for any threshold and any number of ranks.
 Why a threshold at all: a histogram costs ``features x bins x channels``
 integers however few rows its node has, so deep levels, with thousands of
@@ -36,10 +36,10 @@ were all constant get a second round in the same level for the rest.
 """
 import numpy as np
 
-from ...comm.movement import allgather, alltoall
-from ...comm.reductions import allreduce
-from ._subtree_kernels import (child_keys, evaluate_nodes, feature_orders, grow_subtrees,
-                              partition_nodes, root_keys)
+from ...comm import allgather, allreduce, alltoall
+from ._hash_kernels import child_keys, feature_orders, root_keys
+from ._level_kernels import evaluate_nodes, partition_nodes
+from ._subtree_kernels import grow_subtrees
 from .histograms import plan_level, reduce_level
 from .sampling import assign_owners, bootstrap
 from .tree import Forest
@@ -60,7 +60,7 @@ class GrowSettings:
     channels : int
         Statistics per bin: the number of classes, or 2 for regression.
     criterion : int
-        A code of :data:`hpcdist.kernels.trees.CRITERIA`.
+        A code of :data:`._split_kernels.CRITERIA`.
     max_depth, min_samples_split, min_samples_leaf : int
         The last two count bootstrap-weighted rows.
     local_threshold : int or None

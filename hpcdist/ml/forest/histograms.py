@@ -1,7 +1,7 @@
 """The histograms of one level of level-wise growth: plan, build, sum over ranks, derive.
 
 For every open node, every rank adds its own rows to integer histograms
-(node x feature x bin x channel, see :mod:`hpcdist.kernels.trees`); ONE
+(node x feature x bin x channel, see :mod:`._split_kernels`); ONE
 in-place allreduce sums the level's whole buffer (all nodes of all trees of
 the batch); integer sums are exact, so every rank holds the same global
 histograms whatever the number of ranks.
@@ -17,8 +17,8 @@ siblings and parent seldom share a feature.
 """
 import numpy as np
 
-from ...comm.reductions import allreduce
-from ._subtree_kernels import build_histograms
+from ...comm import allreduce
+from ._level_kernels import build_histograms
 
 __all__ = ["LevelHistograms", "plan_level", "reduce_level"]
 

@@ -1,7 +1,7 @@
 """Randomness that does not depend on the number of ranks: seeds, row samples, bootstraps.
 
 Every random choice of the forest is a counter-based hash (see
-:mod:`hpcdist.kernels.trees`) of the forest's seed and of *global* names:
+:mod:`._hash_kernels`) of the forest's seed and of *global* names:
 the tree index, the global row index (``offset of this rank's rows + local
 index``, the offset being the exclusive prefix sum of the ranks' row counts)
 and the node key (a hash of the path from the root). Nothing depends on
@@ -17,8 +17,8 @@ Bootstrap
 import numpy as np
 from sklearn.utils import check_random_state
 
-from ...comm.objects import broadcast_object
-from ._subtree_kernels import bootstrap_weights, hash_below
+from ...comm import broadcast_object
+from ._hash_kernels import bootstrap_weights, hash_below
 
 __all__ = ["resolve_seed", "global_row_index", "row_sample", "bootstrap", "assign_owners"]
 

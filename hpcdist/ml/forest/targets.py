@@ -18,7 +18,7 @@ stays a leaf.
 """
 import numpy as np
 
-from ...comm.reductions import allreduce
+from ...comm import allreduce
 
 __all__ = ["FixedPointTarget", "class_fractions"]
 

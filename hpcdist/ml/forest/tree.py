@@ -1,7 +1,7 @@
 """A forest as flat arrays: every tree's nodes in preorder, trees concatenated."""
 import numpy as np
 
-from ._subtree_kernels import forest_mean_values
+from ._predict_kernels import forest_mean_values
 
 __all__ = ["Forest"]
 

@@ -1,0 +1,30 @@
+"""Numba flags of the forest's kernels: :data:`hpcdist._numba.JIT` with fastmath off.
+
+No validation happens in the kernels: the estimators validate, the drivers
+of :mod:`hpcdist.ml.forest` allocate and loop, the kernels compute.
+
+Determinism
+    A forest must come out bit-identical at any number of ranks and whichever
+    code path (level-wise over ranks, or a whole subtree on one rank) grew a
+    node. Every quantity a split decision depends on is therefore an exact
+    integer (counts, fixed-point sums), and the floating-point formulas that
+    rank candidate splits live in one function
+    (:func:`~hpcdist.ml.forest._split_kernels.best_threshold`) that both paths
+    call. The kernels are compiled *without* fastmath: with reassociation or
+    contraction allowed, the compiler could round the same formula differently
+    in different callers. Random numbers come from counter-based hashes
+    (:mod:`~hpcdist.ml.forest._hash_kernels`), never from a generator whose
+    state depends on how much was drawn before.
+
+Numba's cache checks only the source file of the cached function: after
+editing a kernel that other modules' kernels call (:mod:`._hash_kernels`,
+:mod:`._split_kernels`), delete ``hpcdist/ml/forest/__pycache__/*.nbi``.
+"""
+from ..._numba import JIT
+
+__all__ = ["EXACT", "EXACT_PARALLEL"]
+
+#: Flags of the serial tree kernels (cached, no fastmath).
+EXACT = dict(JIT, fastmath=False)
+#: Flags of the tree kernels that run in parallel over rows, nodes or subtrees.
+EXACT_PARALLEL = dict(EXACT, parallel=True)

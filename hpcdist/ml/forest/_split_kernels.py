@@ -1,0 +1,136 @@
+"""The split search that both growth paths share: scores, thresholds, impurity decreases.
+
+Level-wise growth over ranks (:mod:`._level_kernels`) and whole subtrees on
+one rank (:mod:`._subtree_kernels`) rank candidate splits with these
+functions only, so that the same node gets the same split on either path
+(see :mod:`._kernel_flags`).
+
+Layout conventions
+    ``Xb`` : uint8 array of shape (n_rows, n_features), the binned data (row-major).
+    ``target`` : int64 array of shape (n_rows,): class codes, or the regression
+        targets as fixed-point integers.
+    ``stats`` : int64 per node (or per histogram bin), ``D`` channels: the
+        (bootstrap-weighted) count of every class for classification, or
+        ``(sum of fixed-point targets, weight)`` for regression.
+    A histogram of one (node, feature) pair is ``n_bins[feature] * D`` int64
+    values at some offset of a flat buffer; bin ``b`` holds
+    ``hist[off + b*D : off + (b+1)*D]``.
+"""
+import math
+
+import numpy as np
+
+from ..._numba import njit
+from ._kernel_flags import EXACT
+
+__all__ = ["CRITERIA", "SQUARED_ERROR", "stats_weight", "impurity_decrease", "best_threshold",
+           "compact_histogram"]
+
+#: criterion name -> code used by the kernels
+CRITERIA = {"gini": 0, "entropy": 1, "log_loss": 1, "squared_error": 2}
+_ENTROPY = 1
+SQUARED_ERROR = 2
+
+
+@njit(**EXACT)
+def stats_weight(stats, regression):
+    """The (bootstrap-weighted) number of rows behind ``stats``."""
+    if regression:
+        return stats[1]
+    total = 0
+    for c in range(stats.shape[0]):
+        total += stats[c]
+    return total
+
+
+@njit(**EXACT)
+def _side_score(counts, weight, criterion):
+    """Gini: sum(n_c^2) / W; entropy: sum(n_c log(n_c / W)) (higher is purer)."""
+    w = float(weight)
+    score = 0.0
+    if criterion == _ENTROPY:
+        for c in range(counts.shape[0]):
+            if counts[c] > 0:
+                n = float(counts[c])
+                score += n * math.log(n / w)
+    else:
+        for c in range(counts.shape[0]):
+            n = float(counts[c])
+            score += n * n
+        score = score / w
+    return score
+
+
+@njit(**EXACT)
+def _split_score(left, total, wl, wr, w, criterion, right):
+    """The proxy of a split that the search maximises (see :func:`impurity_decrease`)."""
+    if criterion == SQUARED_ERROR:
+        d = float(left[0]) / float(wl) - float(total[0] - left[0]) / float(wr)
+        return float(wl) * float(wr) / float(w) * d * d
+    for c in range(total.shape[0]):
+        right[c] = total[c] - left[c]
+    return _side_score(left, wl, criterion) + _side_score(right, wr, criterion)
+
+
+@njit(**EXACT)
+def impurity_decrease(score, total, w, criterion):
+    """Weighted impurity decrease W_t i_t - W_l i_l - W_r i_r of a split with ``score``."""
+    if criterion == SQUARED_ERROR:
+        return score
+    value = score - _side_score(total, w, criterion)
+    return value if value > 0.0 else 0.0
+
+
+@njit(**EXACT)
+def best_threshold(cbins, cstats, k, total, criterion, min_leaf, left, right, best_left):
+    """Best threshold of one feature from its ``k`` occupied bins (ascending).
+
+    Candidates are the occupied bins but the last ("go left when bin <= t");
+    the first best (lowest bin) wins. Returns ``(score, bin)``, score ``-inf``
+    when no threshold leaves ``min_leaf`` weight on both sides; ``best_left``
+    receives the left side's stats.
+    """
+    regression = criterion == SQUARED_ERROR
+    w = stats_weight(total, regression)
+    for c in range(total.shape[0]):
+        left[c] = 0
+    best = -np.inf
+    best_bin = -1
+    for i in range(k - 1):
+        for c in range(total.shape[0]):
+            left[c] += cstats[i, c]
+        wl = stats_weight(left, regression)
+        wr = w - wl
+        if wl < min_leaf:
+            continue
+        if wr < min_leaf:
+            break
+        score = _split_score(left, total, wl, wr, w, criterion, right)
+        if score > best:
+            best = score
+            best_bin = cbins[i]
+            for c in range(total.shape[0]):
+                best_left[c] = left[c]
+    return best, best_bin
+
+
+@njit(**EXACT)
+def compact_histogram(hist, base, lo, hi, D, regression, cbins, cstats):
+    """The occupied bins ``lo..hi`` of a dense histogram at ``hist[base:]``; returns their count."""
+    k = 0
+    for b in range(lo, hi + 1):
+        at = base + b * D
+        if regression:
+            occupied = hist[at + 1] > 0
+        else:
+            occupied = False
+            for c in range(D):
+                if hist[at + c] > 0:
+                    occupied = True
+                    break
+        if occupied:
+            cbins[k] = b
+            for c in range(D):
+                cstats[k, c] = hist[at + c]
+            k += 1
+    return k

@@ -1,32 +1,45 @@
-"""HDF5 helpers shared by the writers and the reader (h5py is imported on first use)."""
+"""HDF5 block I/O: datasets written in blocks of bounded size, collectively or not.
 
+Shared by the checkpoint writers and :func:`hpcdist.data.save_hdf5`. A block
+is a range of rows along one axis of at most :data:`BLOCK_BYTES`; with
+parallel HDF5 every rank takes part in each collective write, writing a
+block or nothing (:func:`write_empty`).
+"""
+
+import h5py
 import numpy as np
 
-__all__ = ["h5py_module", "h5py_is_parallel", "BLOCK_BYTES", "blocks_of", "create_leaf_dataset",
-           "write_block", "write_empty", "collective_dxpl"]
+__all__ = ["BLOCK_BYTES", "h5py_is_parallel", "blocks_of", "collective_dxpl", "write_block",
+           "write_empty"]
 
 #: the most bytes one H5Dwrite call gets (keeps MPI-IO counts small, lets other
-#: threads run between calls, and sets how often a write-behind flush starts:
-#: see :class:`~hpcdist.checkpoint.commit.WriteBehind`)
+#: threads run between calls, and sets how often a checkpoint's write-behind
+#: flush starts)
 BLOCK_BYTES = 64 << 20
-
-
-def h5py_module():
-    """``h5py``, or an ImportError saying how to install it."""
-    try:
-        import h5py
-    except ImportError as error:  # pragma: no cover - h5py is a dependency
-        raise ImportError("hpcdist.checkpoint needs h5py: pip install h5py") from error
-    return h5py
 
 
 def h5py_is_parallel():
     """Whether h5py was built against parallel HDF5 (``driver="mpio"`` works)."""
-    return bool(h5py_module().get_config().mpi)
+    return bool(h5py.get_config().mpi)
 
 
 def blocks_of(shape, axis, itemsize):
-    """``[(i, j), ...]``: ``range(shape[axis])`` cut into blocks of at most ``BLOCK_BYTES``."""
+    """``range(shape[axis])`` cut into blocks of at most :data:`BLOCK_BYTES`.
+
+    Parameters
+    ----------
+    shape : sequence of int
+        The array's shape.
+    axis : int or None
+        The axis to cut; None for a 0-d array (one block, ``(None, None)``).
+    itemsize : int
+        Bytes per element.
+
+    Returns
+    -------
+    list of (int, int)
+        Half-open row ranges ``(i, j)``, in order.
+    """
     if axis is None:
         return [(None, None)]
     length = shape[axis]
@@ -35,29 +48,8 @@ def blocks_of(shape, axis, itemsize):
     return [(i, min(i + per_block, length)) for i in range(0, length, per_block)]
 
 
-def create_leaf_dataset(group, path, entry, storage, shape):
-    """Create the dataset of a leaf (contiguous, no fill) with its ``hpcdist_*`` attributes."""
-    h5py = h5py_module()
-    if entry["kind"] == "none":
-        dataset = group.create_dataset(path, data=h5py.Empty("i1"))
-    else:
-        dataset = group.create_dataset(path, shape=tuple(shape), dtype=storage,
-                                       fill_time="never")
-    _describe(dataset, entry)
-    return dataset
-
-
-def _describe(dataset, entry):
-    dataset.attrs["hpcdist_kind"] = entry["kind"]
-    if entry.get("storage") == "opaque":
-        dataset.attrs["hpcdist_dtype"] = entry["dtype"]["str"]
-    if entry["kind"] in ("str", "bytes"):
-        dataset.attrs["hpcdist_nbytes"] = entry["nbytes"]
-
-
 def collective_dxpl():
     """A transfer property list for collective MPI-IO writes."""
-    h5py = h5py_module()
     dxpl = h5py.h5p.create(h5py.h5p.DATASET_XFER)
     dxpl.set_dxpl_mpio(h5py.h5fd.MPIO_COLLECTIVE)
     return dxpl
@@ -73,10 +65,20 @@ def _hyperslab(space, shape, axis, start, count):
 def write_block(dataset, source, axis, offset, block, dxpl=None):
     """Write rows ``block = (i, j)`` (along ``axis``) of ``source`` at ``offset + i``.
 
-    ``source`` is C-contiguous in the dataset's storage dtype; ``axis`` None
-    writes a 0-d source whole.
+    Parameters
+    ----------
+    dataset : h5py.Dataset
+    source : ndarray
+        C-contiguous, in the dataset's storage dtype.
+    axis : int or None
+        None writes a 0-d ``source`` whole.
+    offset : int
+        Where ``source`` begins along ``axis`` in the dataset.
+    block : (int, int)
+        One of :func:`blocks_of`'s ranges of ``source``.
+    dxpl : h5py.h5p.PropDXID, optional
+        :func:`collective_dxpl` for a collective write.
     """
-    h5py = h5py_module()
     file_space = dataset.id.get_space()
     if axis is None:
         memory_space = h5py.h5s.create(h5py.h5s.SCALAR)
@@ -90,7 +92,6 @@ def write_block(dataset, source, axis, offset, block, dxpl=None):
 
 def write_empty(dataset, dxpl):
     """Take part in a collective write while writing nothing."""
-    h5py = h5py_module()
     file_space = dataset.id.get_space()
     file_space.select_none()
     memory_space = h5py.h5s.create_simple((1,))

@@ -12,7 +12,7 @@
 A checkpoint written at one world size restores at any other; loading never
 unpickles. See :class:`CheckpointManager` for the state it holds, what
 restore returns and the layout on disk. Importing this package does not
-start MPI or import h5py.
+start MPI.
 """
 from .errors import CheckpointCorruptError, CheckpointError, CheckpointWarning
 from .manager import CheckpointManager

@@ -5,13 +5,17 @@ import numbers
 import os
 import warnings
 
-from ..data._checks import check_int
+from .._checks import check_int
+from .._hdf5_blocks import h5py_is_parallel
+from ..comm import allgather_object, broadcast_object, resolve_context
+from ..comm.checks import format_ranks, validated_on_every_rank
+from ..comm.mpi import MPI
+from . import mpio, sharded  # called through their modules: tests replace their writers
 from .async_save import BackgroundSave, track
 from .checksum import combine_items, format_crc, io_threads
 from .commit import (apply_retention, cleanup_temporaries, commit_step, list_steps,
                      new_temp_dir, remove_tree, step_dir_name)
 from .errors import CheckpointCorruptError, CheckpointError, CheckpointWarning
-from .hdf5io import h5py_is_parallel
 from .manifest import ManifestError, build_manifest, manifest_bytes
 from .plan import describe, local_writes, make_plan
 from .restore import load_manifest, read_state, verify_files
@@ -22,36 +26,8 @@ __all__ = ["CheckpointManager", "BACKENDS"]
 BACKENDS = ("auto", "sharded", "mpio")
 
 
-def _comm():
-    """hpcdist.comm, imported on first use (importing hpcdist.checkpoint starts no MPI)."""
-    from .. import comm
-
-    return comm
-
-
-def format_ranks(ranks):
-    from ..comm.checks import format_ranks as format_
-
-    return format_(ranks)
-
-
-def validated_on_every_rank(ctx):
-    from ..comm.checks import validated_on_every_rank as validated
-
-    return validated(ctx)
-
-
-def allgather_object(obj, *, ctx):
-    return _comm().allgather_object(obj, ctx=ctx)
-
-
-def broadcast_object(obj, *, ctx):
-    return _comm().broadcast_object(obj, ctx=ctx)
-
-
 def _thread_multiple():
-    from mpi4py import MPI  # the thread level only; no communication
-
+    """Whether MPI runs at ``MPI_THREAD_MULTIPLE`` (a query; no communication)."""
     return MPI.Query_thread() == MPI.THREAD_MULTIPLE
 
 
@@ -114,8 +90,9 @@ class CheckpointManager:
         failed. A step saved in the background is visible (committed) only
         after that. With the mpio backend it needs ``MPI_THREAD_MULTIPLE``
         (parallel HDF5 then runs on a communicator of its own).
-    ctx : Context, optional
-        Default: the default context.
+    ctx : Context or mpi4py.MPI.Comm, optional
+        Default: the default context. A raw communicator gets one context
+        of its own (see :func:`hpcdist.comm.resolve_context`).
 
     Attributes
     ----------
@@ -169,7 +146,7 @@ class CheckpointManager:
     """
 
     def __init__(self, directory, *, max_to_keep=3, backend="auto", async_save=False, ctx=None):
-        self.ctx = ctx = _comm().context.resolve(ctx)
+        self.ctx = ctx = resolve_context(ctx)
         self._pending = None
         self._io_ctx = None
         self.restored_step = None
@@ -351,13 +328,9 @@ class CheckpointManager:
     def _writer(self, temp_path, plan, writes):
         rank, size, threads = self.ctx.rank, self.ctx.size, self._threads
         if self.backend == "mpio":
-            from .mpio import write_mpio
-
             comm = (self._io_ctx or self.ctx).comm
-            return lambda: write_mpio(temp_path, plan, writes, rank, size, comm, threads)
-        from .sharded import write_sharded
-
-        return lambda: write_sharded(temp_path, plan, writes, rank, threads)
+            return lambda: mpio.write_mpio(temp_path, plan, writes, rank, size, comm, threads)
+        return lambda: sharded.write_sharded(temp_path, plan, writes, rank, threads)
 
     def wait(self):
         """Finish the save in flight, if any (collective): wait, then commit it.

@@ -14,13 +14,14 @@ Needs h5py built against parallel HDF5 (``h5py.get_config().mpi``).
 
 import os
 
-from ..data import DataPartitioner
+import h5py
+
+from .._hdf5_blocks import blocks_of, collective_dxpl, write_block, write_empty
 from .checksum import chunk_items
 from .commit import WriteBehind
-from .hdf5io import (blocks_of, collective_dxpl, create_leaf_dataset, h5py_module, write_block,
-                     write_empty)
+from .leaf_datasets import create_leaf_dataset
 from .manifest import leaf_dtype
-from .plan import INDEX_FILE
+from .plan import INDEX_FILE, balanced_range
 from .sharded import describe_root, finish_files
 from .state import CONTAINER_KINDS
 
@@ -48,7 +49,6 @@ def write_mpio(directory, plan, writes, rank, size, comm, threads):
         ``{"files": {"index.h5": size}, "parts": [...]}`` (the parts this
         rank computed).
     """
-    h5py = h5py_module()
     by_path = {write.path: write for write in writes}
     dxpl = collective_dxpl()
     path = os.path.join(directory, INDEX_FILE)
@@ -85,7 +85,7 @@ def write_mpio(directory, plan, writes, rank, size, comm, threads):
                     write_empty(dataset, dxpl)
                 behind.written()
     items = chunk_items({INDEX_FILE: os.path.getsize(path)})
-    start, stop = DataPartitioner(len(items), size).get_partition(rank)
+    start, stop = balanced_range(len(items), size, rank)
     report = finish_files(directory, [INDEX_FILE] if rank == 0 else [], threads,
                           items=items[start:stop])
     report["files"] = {INDEX_FILE: os.path.getsize(path)}

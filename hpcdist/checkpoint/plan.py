@@ -9,7 +9,8 @@ entries and each rank's share of the writing:
   block; the global array is their concatenation along the split axis;
 * a replicated array of at least :data:`STRIPE_MIN_BYTES` (and one
   dimension or more): striped, rank ``r`` writes rows
-  ``DataPartitioner(n, size).get_partition(r)`` of it, so the bytes are
+  ``balanced_range(n, size, r)`` of it (the rows
+  :class:`hpcdist.data.DataPartitioner` gives rank ``r``), so the bytes are
   written once and the work is spread;
 * anything smaller (scalars, strings, small arrays): rank 0 writes it.
 
@@ -22,11 +23,12 @@ import json
 
 import numpy as np
 
-from ..data import DataPartitioner
+from .._partition import balanced_counts, offsets_of
+from ..comm.checks import format_ranks
 from .state import CONTAINER_KINDS, Container, dtype_from_record, dtype_record, storage_dtype
 
-__all__ = ["INDEX_FILE", "STRIPE_MIN_BYTES", "rank_file", "describe", "make_plan", "Plan",
-           "local_writes", "Write"]
+__all__ = ["INDEX_FILE", "STRIPE_MIN_BYTES", "rank_file", "balanced_range", "describe",
+           "make_plan", "Plan", "local_writes", "Write"]
 
 INDEX_FILE = "index.h5"
 STRIPE_MIN_BYTES = 1 << 20
@@ -35,6 +37,18 @@ STRIPE_MIN_BYTES = 1 << 20
 def rank_file(rank):
     """``rank_00003.h5``: the file rank 3 writes with the sharded backend."""
     return f"rank_{rank:05d}.h5"
+
+
+def balanced_range(total, parts, index):
+    """``(start, stop)``: block ``index`` of ``total`` items cut into ``parts`` balanced blocks.
+
+    The blocks are those of :func:`~hpcdist._partition.balanced_counts` (the
+    split :class:`hpcdist.data.DataPartitioner` makes); ``start == stop``
+    for an empty block.
+    """
+    counts = balanced_counts(total, parts)
+    start = int(offsets_of(counts)[index])
+    return start, start + counts[index]
 
 
 def describe(nodes):
@@ -88,17 +102,11 @@ class Plan:
         return [path for path in self.order if self.entries[path]["kind"] not in CONTAINER_KINDS]
 
 
-def _format_ranks(ranks):
-    from ..comm.checks import format_ranks  # hpcdist.comm (and MPI) on first use only
-
-    return format_ranks(ranks)
-
-
 def _grouped(values):
     groups = {}
     for rank, value in enumerate(values):
         groups.setdefault(value, []).append(rank)
-    return ", ".join(f"{value} on {_format_ranks(ranks)}" for value, ranks in groups.items())
+    return ", ".join(f"{value} on {format_ranks(ranks)}" for value, ranks in groups.items())
 
 
 def _kind_name(kind):
@@ -118,7 +126,7 @@ def _check_structure(descriptions):
     for path in sorted(paths):
         missing = [rank for rank, items in enumerate(by_rank) if path not in items]
         if missing:
-            raise ValueError(f"checkpoint entry {path!r} is missing on {_format_ranks(missing)} "
+            raise ValueError(f"checkpoint entry {path!r} is missing on {format_ranks(missing)} "
                              "(every rank must save the same entries; a rank without data "
                              "passes an empty Sharded block)")
     for path in (item[0] for item in descriptions[0]):
@@ -190,9 +198,9 @@ def make_plan(descriptions, step, backend):
         else:
             axis = 0
             striped = size * record["itemsize"] >= STRIPE_MIN_BYTES
-            split = DataPartitioner(shape[0], world_size if striped else 1)
-            contributions = [(rank, *split.get_partition(rank)) for rank in range(split.world_size)
-                             if split.partition_size(rank) > 0]
+            counts = balanced_counts(shape[0], world_size if striped else 1)
+            contributions = [(rank, int(start), int(start) + count) for rank, (start, count)
+                             in enumerate(zip(offsets_of(counts), counts)) if count > 0]
         if size == 0:
             contributions = []  # nothing to write or read: an empty dataset in index.h5
         entry["shape"] = list(shape)

@@ -3,20 +3,21 @@
 Reading needs only serial h5py, whatever backend wrote the step: the
 manifest says which file and dataset hold each range of each entry, and
 every rank opens just the files its ranges live in and reads them as
-hyperslabs. Sharded entries are re-split for the reading world size with
-:class:`~hpcdist.data.DataPartitioner`.
+hyperslabs. Sharded entries are re-split for the reading world size as
+:class:`~hpcdist.data.DataPartitioner` splits them (:func:`.plan.balanced_range`).
 """
 
 import os
 
+import h5py
 import numpy as np
 
-from ..data import DataPartitioner
+from ..comm import allgather_object
 from .checksum import chunk_items, combine_items, crc32_of_items, format_crc
 from .errors import CheckpointCorruptError
-from .hdf5io import h5py_module
 from .manifest import COMMIT_FILE, MANIFEST_FILE, ManifestError, leaf_dtype, parse_commit, \
     parse_manifest
+from .plan import balanced_range
 from .state import CONTAINER_KINDS, decode_leaf, unflatten_state
 
 __all__ = ["load_manifest", "verify_files", "read_state"]
@@ -87,11 +88,9 @@ def verify_files(step_dir, manifest, ctx, threads):
         The problems found (the same list on every rank), empty when all
         files verify.
     """
-    from ..comm.objects import allgather_object
-
     files = manifest["files"]
     items = chunk_items({name: info["size"] for name, info in files.items()})
-    start, stop = DataPartitioner(len(items), ctx.size).get_partition(ctx.rank)
+    start, stop = balanced_range(len(items), ctx.size, ctx.rank)
     local = _local_problems(step_dir, files, items[start:stop], threads)
     reports = allgather_object(local, ctx=ctx)
     problems = sorted({problem for found, _ in reports for problem in found})
@@ -116,7 +115,7 @@ class _Files:
     def dataset(self, piece, expected_shape, storage):
         name = piece["file"]
         if name not in self.open:
-            self.open[name] = h5py_module().File(os.path.join(self.step_dir, name), "r")
+            self.open[name] = h5py.File(os.path.join(self.step_dir, name), "r")
         try:
             dataset = self.open[name][piece["dataset"]]
         except KeyError:
@@ -143,7 +142,7 @@ def _read_leaf(files, entry, rank, size):
     else:
         length = shape[axis]
         if entry["kind"] == "sharded":
-            low, high = DataPartitioner(length, size).get_partition(rank)
+            low, high = balanced_range(length, size, rank)
         else:
             low, high = 0, length
         out = np.empty(tuple(shape[:axis]) + (high - low,) + tuple(shape[axis + 1:]),

@@ -13,11 +13,13 @@ import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
+import h5py
 import numpy as np
 
+from .._hdf5_blocks import blocks_of, write_block
 from .checksum import chunk_items, crc32_of_file, crc32_of_items
 from .commit import WriteBehind, fsync_file
-from .hdf5io import blocks_of, create_leaf_dataset, h5py_module, write_block
+from .leaf_datasets import create_leaf_dataset, describe_leaf
 from .manifest import FORMAT, FORMAT_VERSION, leaf_dtype
 from .plan import INDEX_FILE, rank_file
 from .state import CONTAINER_KINDS
@@ -36,7 +38,6 @@ def describe_root(h5file, plan):
 
 def write_index(directory, plan, writes_by_path):
     """Rank 0: ``index.h5`` with the inline entries and virtual datasets for the rest."""
-    h5py = h5py_module()
     with h5py.File(os.path.join(directory, INDEX_FILE), "w") as h5file:
         describe_root(h5file, plan)
         for path in plan.order:
@@ -61,10 +62,7 @@ def write_index(directory, plan, writes_by_path):
                 target[axis] = slice(start, stop)
                 layout[tuple(target)] = h5py.VirtualSource(piece["file"], piece["dataset"],
                                                            shape=piece_shape)
-            dataset = h5file.create_virtual_dataset(path, layout)
-            dataset.attrs["hpcdist_kind"] = entry["kind"]
-            if entry["storage"] == "opaque":
-                dataset.attrs["hpcdist_dtype"] = entry["dtype"]["str"]
+            describe_leaf(h5file.create_virtual_dataset(path, layout), entry)
 
 
 def finish_files(directory, names, threads, items=None):
@@ -99,7 +97,6 @@ def _write_rank_file(path, plan, writes, rank, checksums):
         dataset's storage is not one contiguous range as expected (the
         caller then reads the file back).
     """
-    h5py = h5py_module()
     regions = []
     with h5py.File(path, "w") as h5file, WriteBehind(path) as behind:
         h5file.attrs["hpcdist_rank"] = rank

@@ -19,11 +19,14 @@ import json
 import numbers
 from collections.abc import Mapping
 
+import ml_dtypes
 import numpy as np
+
+from .._arrays import to_host
 
 __all__ = ["Sharded", "Leaf", "Container", "flatten_state", "unflatten_state",
            "validate_key", "dtype_record", "dtype_from_record", "storage_dtype",
-           "decode_leaf", "to_host", "CONTAINER_KINDS", "SCALAR_KINDS", "LEAF_KINDS"]
+           "decode_leaf", "CONTAINER_KINDS", "SCALAR_KINDS", "LEAF_KINDS"]
 
 SEPARATOR = "/"
 CONTAINER_KINDS = ("dict", "list", "tuple")
@@ -224,8 +227,6 @@ def dtype_from_record(record):
     """
     try:
         if "ml_dtypes" in record:
-            import ml_dtypes
-
             name = record["ml_dtypes"]
             kind = getattr(ml_dtypes, name, None) if isinstance(name, str) else None
             if not isinstance(kind, type):
@@ -235,7 +236,7 @@ def dtype_from_record(record):
             dt = np.lib.format.descr_to_dtype(_descr_from_json(record["descr"]))
         else:
             dt = np.dtype(str(record["str"]))
-    except (TypeError, ValueError, KeyError, AttributeError, ImportError) as error:
+    except (TypeError, ValueError, KeyError, AttributeError) as error:
         raise ValueError(f"dtype record {json.dumps(record)} cannot be read: {error}") from None
     if dt.itemsize != record.get("itemsize", dt.itemsize) or dt.hasobject:
         raise ValueError(f"dtype record {json.dumps(record)} does not match dtype {dt}")
@@ -243,15 +244,6 @@ def dtype_from_record(record):
 
 
 # -- flattening -------------------------------------------------------------------------------
-
-def to_host(array):
-    """A NumPy array of ``array`` (device arrays are copied to the host)."""
-    if isinstance(array, np.ndarray):
-        return array
-    if hasattr(array, "__cuda_array_interface__") and hasattr(array, "get"):
-        return array.get()
-    return np.asarray(array)
-
 
 def _array_leaf(kind, array, path, axis=None):
     if isinstance(array, np.ma.MaskedArray):

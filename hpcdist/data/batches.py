@@ -8,7 +8,8 @@ the number of batches can differ by one between ranks).
 """
 import numpy as np
 
-from ._checks import check_int, check_seed
+from .._checks import check_int
+from ._checks import check_seed
 from .sampler import DistributedSampler
 
 __all__ = ["iterate_batches", "BatchIterator"]

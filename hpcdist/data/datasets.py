@@ -12,8 +12,12 @@ set is the same whatever the number of ranks, and no rank ever holds it all;
 the class counts differ by at most one.
 """
 import numpy as np
+from sklearn.datasets import load_digits as sklearn_digits
+from sklearn.model_selection import train_test_split
 
-from ._checks import check_int, check_seed, resolve_context
+from .._checks import check_int
+from ..comm import resolve_context
+from ._checks import check_seed
 from .partition import DataPartitioner
 
 __all__ = ["BLOCK_ROWS", "DATASETS", "get_dataset", "load_digits", "make_blobs",
@@ -227,9 +231,6 @@ def load_digits(ctx=None, *, split="train", test_size=0.25, random_state=0, dtyp
     y_local : ndarray of int64, shape (n_local,)
         The digit, 0..9.
     """
-    from sklearn.datasets import load_digits as sklearn_digits
-    from sklearn.model_selection import train_test_split
-
     if split not in _SPLITS:
         raise ValueError(f"split={split!r} should be one of {_SPLITS}")
     test_size = float(test_size)

@@ -11,10 +11,14 @@ missing file, a bad shape) is raised on every rank.
 import numbers
 import os
 
+import h5py
 import numpy as np
 
+from .._arrays import to_host
+from .._hdf5_blocks import blocks_of, collective_dxpl, h5py_is_parallel, write_block, write_empty
+from ..comm import allgather_object, resolve_context
+from ..comm.checks import format_ranks, raise_on_every_rank, validated_on_every_rank
 from ..exceptions import HpcdistError
-from ._checks import resolve_context
 from .partition import DataPartitioner
 
 __all__ = ["load_hdf5", "save_hdf5"]
@@ -30,17 +34,7 @@ class _MissingDataset(KeyError):
         return str(self.args[0])
 
 
-def _h5py():
-    try:
-        import h5py
-    except ImportError as error:  # pragma: no cover - h5py is a dependency
-        raise ImportError("load_hdf5/save_hdf5 need h5py: pip install h5py") from error
-    return h5py
-
-
 def _validated(ctx):
-    from ..comm.checks import validated_on_every_rank
-
     return validated_on_every_rank(ctx, errors=_SHARED_ERRORS)
 
 
@@ -62,7 +56,6 @@ def _check_name(dataset, what):
 
 
 def _datasets_in(h5file):
-    h5py = _h5py()
     names = []
     h5file.visititems(lambda name, obj: names.append(name)
                       if isinstance(obj, h5py.Dataset) else None)
@@ -114,7 +107,6 @@ def load_hdf5(path, dataset, *, ctx=None, axis=0):
     >>> X_local = load_hdf5("train.h5", "X")        # doctest: +SKIP
     """
     ctx = resolve_context(ctx)
-    h5py = _h5py()
     out = None
     with _validated(ctx):
         what = "load_hdf5"
@@ -145,8 +137,6 @@ def load_hdf5(path, dataset, *, ctx=None, axis=0):
 
 def _gathered_shape(infos, axis, what):
     """The global shape from every rank's (shape, dtype, axis); ValueError on a mismatch."""
-    from ..comm.checks import format_ranks
-
     for label, values in (("dtype", [info[1] for info in infos]),
                           ("axis", [info[2] for info in infos]),
                           ("ndim", [len(info[0]) for info in infos])):
@@ -201,11 +191,7 @@ def save_hdf5(path, dataset, local, *, ctx=None, axis=0):
     --------
     >>> save_hdf5("out.h5", "X", X_local)           # doctest: +SKIP
     """
-    from ..checkpoint.state import to_host
-    from ..comm.objects import allgather_object
-
     ctx = resolve_context(ctx)
-    h5py = _h5py()
     what = "save_hdf5"
     with _validated(ctx):
         path = os.fspath(path)
@@ -220,7 +206,7 @@ def save_hdf5(path, dataset, local, *, ctx=None, axis=0):
     infos = allgather_object((local.shape, local.dtype.str, axis), ctx=ctx)
     with _validated(ctx):
         shape, offsets = _gathered_shape(infos, axis, what)
-    if ctx.size > 1 and h5py.get_config().mpi:
+    if ctx.size > 1 and h5py_is_parallel():
         _save_mpio(path, dataset, local, shape, offsets, axis, ctx)
     else:
         _save_parts(path, dataset, local, shape, offsets, axis, ctx)
@@ -232,10 +218,6 @@ def _replace(group, name):
 
 
 def _save_mpio(path, dataset, local, shape, offsets, axis, ctx):
-    from ..checkpoint.hdf5io import blocks_of, collective_dxpl, write_block, write_empty
-    from ..comm.checks import raise_on_every_rank
-
-    h5py = _h5py()
     error = None
     try:
         with h5py.File(path, "a", driver="mpio", comm=ctx.comm) as h5file:
@@ -257,9 +239,6 @@ def _save_mpio(path, dataset, local, shape, offsets, axis, ctx):
 
 
 def _save_parts(path, dataset, local, shape, offsets, axis, ctx):
-    from ..comm.checks import raise_on_every_rank
-
-    h5py = _h5py()
     error = None
     if ctx.size == 1:
         try:

@@ -7,7 +7,10 @@ partition sizes differ by at most one and the first
 """
 import numpy as np
 
-from ._checks import check_int, check_rank, resolve_context
+from .._checks import check_int
+from .._partition import balanced_counts, offsets_of
+from ..comm import resolve_context
+from ._checks import check_rank
 
 __all__ = ["DataPartitioner", "shard"]
 
@@ -42,8 +45,6 @@ class DataPartitioner:
     """
 
     def __init__(self, total_size, world_size=None):
-        from .._partition import balanced_counts, offsets_of
-
         self.total_size = check_int(total_size, "total_size", minimum=0)
         if world_size is None:
             world_size = resolve_context().size

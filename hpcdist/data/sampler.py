@@ -6,7 +6,9 @@ Every rank computes the same permutation of the whole data set from
 """
 import numpy as np
 
-from ._checks import check_int, check_rank, check_seed, resolve_context
+from .._checks import check_int
+from ..comm import resolve_context
+from ._checks import check_rank, check_seed
 
 __all__ = ["DistributedSampler"]
 

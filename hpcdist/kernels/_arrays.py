@@ -1,17 +1,12 @@
 """Validation and array-type dispatch shared by the public kernel functions."""
-import operator
-
 import numpy as np
 
-__all__ = ["aligned_empty", "is_cupy", "flat_float", "flat_out", "check_same_size", "check_int",
+from .._arrays import is_cupy
+
+__all__ = ["aligned_empty", "is_cupy", "flat_float", "flat_out", "check_same_size",
            "check_dtype", "n_chunks", "FLOAT_DTYPES"]
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def is_cupy(x):
-    """Whether ``x`` is a CuPy array (checked without importing CuPy)."""
-    return type(x).__module__.split(".")[0] == "cupy"
 
 
 def aligned_empty(shape, dtype, alignment=64):
@@ -65,24 +60,13 @@ def check_same_size(a, b, name_a, name_b):
                          f"they should match")
 
 
-def check_int(value, name, low, high=None):
-    """``value`` as an int within ``[low, high]`` or a clear error."""
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name}={value!r} should be an integer") from None
-    if value < low or (high is not None and value > high):
-        span = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name}={value} should be {span}")
-    return value
-
-
 def check_dtype(dtype, name="dtype"):
     """``dtype`` as float32/float64 NumPy dtype or a clear error."""
     try:
         dtype = np.dtype(dtype)
     except TypeError:
-        raise TypeError(f"{name}={dtype!r} is not a dtype; use numpy.float32 or numpy.float64") from None
+        raise TypeError(f"{name}={dtype!r} is not a dtype; use numpy.float32 or "
+                        "numpy.float64") from None
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name}={dtype} should be float32 or float64")
     return dtype

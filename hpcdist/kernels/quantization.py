@@ -1,9 +1,9 @@
 """Quantization: QSGD (stochastic, unbiased) and deterministic int8 with per-chunk scales."""
 import numpy as np
 
-from ._arrays import (check_dtype, check_int, check_scales, flat_float, flat_payload, is_cupy,
-                      n_chunks)
+from .._checks import check_int
 from .._numba import JIT, JIT_PARALLEL, njit, num_threads, prange
+from ._arrays import check_dtype, check_scales, flat_float, flat_payload, is_cupy, n_chunks
 
 __all__ = ["qsgd_quantize", "qsgd_dequantize", "int8_quantize", "int8_dequantize"]
 

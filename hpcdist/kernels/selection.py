@@ -6,8 +6,9 @@ non-NaN values; NaN compares larger than infinity (as in ``np.argpartition``).
 """
 import numpy as np
 
-from ._arrays import check_int, flat_float, is_cupy
+from .._checks import check_int
 from .._numba import JIT, JIT_PARALLEL, njit, num_threads, prange
+from ._arrays import flat_float, is_cupy
 
 __all__ = ["topk", "topk_threshold", "randomk_indices"]
 

@@ -129,7 +129,8 @@ test_exception_on_one_rank_makes_every_rank_raise_mpi = mpi_twin(
 
 @pytest.mark.parametrize("where", ["data", "flush", "manifest"])
 def test_full_disk_leaves_the_previous_checkpoint_intact(ctx, shared_dir, monkeypatch, where):
-    from hpcdist.checkpoint import commit, hdf5io, sharded
+    from hpcdist import _hdf5_blocks
+    from hpcdist.checkpoint import commit, sharded
 
     mgr = CheckpointManager(shared_dir, backend="sharded", ctx=ctx)
     mgr.save(1, _state(ctx, 1))
@@ -146,7 +147,7 @@ def test_full_disk_leaves_the_previous_checkpoint_intact(ctx, shared_dir, monkey
     else:  # rank 0 cannot write manifest.json
         monkeypatch.setattr(commit, "write_file_durably", no_space)
         match = r"committing on rank 0 failed: OSError: \[Errno 28\] No space left"
-    assert hdf5io.write_block is not no_space
+    assert _hdf5_blocks.write_block is not no_space
     expect_error(CheckpointError, mgr.save, 2, _state(ctx, 2), match=match)
     monkeypatch.undo()
     state = mgr.restore()

@@ -1,6 +1,4 @@
 """Built-in data sets: per-rank rows that reassemble into one global data set."""
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits as sklearn_digits
@@ -8,6 +6,7 @@ from sklearn.datasets import load_digits as sklearn_digits
 import hpcdist
 from hpcdist.data import DATASETS, get_dataset, load_digits, make_blobs, make_classification
 from hpcdist.data.datasets import BLOCK_ROWS
+from tests.data.conftest import explicit_context
 from tests.helpers import all_ranks, check_array, expect_error
 
 SYNTHETIC = {"blobs": make_blobs, "classification": make_classification}
@@ -17,7 +16,7 @@ N_SAMPLES = [0, 2, 100, 2 * BLOCK_ROWS + 37]
 
 def _on(rank, size):
     """An explicit context: rank ``rank`` of ``size`` (no communication needed)."""
-    return SimpleNamespace(rank=rank, size=size)
+    return explicit_context(rank, size)
 
 
 def _whole(function, **kwargs):

@@ -1,11 +1,10 @@
 """DataPartitioner and shard."""
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
 import hpcdist
 from hpcdist.data import DataPartitioner, shard
+from tests.data.conftest import explicit_context
 from tests.helpers import all_ranks, check_array, expect_error
 
 PAIRS = [(total, world) for total in range(0, 26) for world in range(1, 9)]
@@ -82,7 +81,7 @@ def test_partition_rank_not_int():
 @pytest.mark.parametrize("n,world", [(0, 3), (2, 3), (23, 3), (24, 5), (7, 1)])
 def test_shard_explicit_contexts_reassemble(n, world):
     X = np.arange(n * 3, dtype=np.float32).reshape(n, 3)
-    parts = [shard(X, SimpleNamespace(rank=r, size=world)) for r in range(world)]
+    parts = [shard(X, explicit_context(rank=r, size=world)) for r in range(world)]
     for r, part in enumerate(parts):
         assert part.shape == (n // world + (r < n % world), 3)
         assert part.dtype == np.float32
@@ -91,9 +90,9 @@ def test_shard_explicit_contexts_reassemble(n, world):
 
 def test_shard_is_a_view_and_keeps_type():
     X = np.arange(12).reshape(6, 2)
-    part = shard(X, SimpleNamespace(rank=1, size=2))
+    part = shard(X, explicit_context(rank=1, size=2))
     assert np.shares_memory(part, X)
-    assert shard(list(range(5)), SimpleNamespace(rank=0, size=2)) == [0, 1, 2]
+    assert shard(list(range(5)), explicit_context(rank=0, size=2)) == [0, 1, 2]
 
 
 def test_shard_default_context_single_process(size):
@@ -106,7 +105,7 @@ def test_shard_default_context_single_process(size):
 @pytest.mark.parametrize("bad", [np.float64(3.0), np.array(5), 7, "abc"])
 def test_shard_rejects_non_arrays(bad):
     with pytest.raises(TypeError, match="shard: X should be an array"):
-        shard(bad, SimpleNamespace(rank=0, size=1))
+        shard(bad, explicit_context(rank=0, size=1))
 
 
 # ------------------------------------------------------------------ MPI

@@ -1,0 +1,54 @@
+"""Argument checks shared by several layers (private)."""
+
+import operator
+
+import numpy as np
+
+__all__ = ["check_int"]
+
+
+def check_int(value, name, minimum=None, maximum=None, *, hint=""):
+    """``value`` as a Python int within ``[minimum, maximum]``, or an error naming it.
+
+    Booleans and non-integral numbers (``10.0``, ``"3"``) are refused: a
+    size or an index given as a float is almost always a bug upstream.
+
+    Parameters
+    ----------
+    value : object
+        The value to check: an int, a NumPy integer, anything with
+        ``__index__``.
+    name : str
+        The argument's name, for the messages.
+    minimum, maximum : int, optional
+        Inclusive bounds; None leaves that side open.
+    hint : str, default=""
+        Appended to the messages, e.g. ``" (or None to keep every step)"``.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    TypeError
+        ``value`` is a bool or not an integer.
+    ValueError
+        ``value`` is out of bounds.
+    """
+    try:
+        integer = operator.index(value)
+    except TypeError:
+        integer = None
+    if integer is None or isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}={value!r} should be an integer{hint}")
+    value = integer
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        if maximum is None:
+            span = f">= {minimum}"
+        elif minimum is None:
+            span = f"<= {maximum}"
+        else:
+            span = f"in [{minimum}, {maximum}]"
+        raise ValueError(f"{name}={value} should be {span}{hint}")
+    return value

@@ -3,33 +3,52 @@
 Each rank checks its own rows first (a failure on any rank raises on every
 rank, see :func:`hpcdist.comm.checks.validated_on_every_rank`); then facts
 that only make sense globally (equal widths, labels, sample counts) are
-exchanged once and judged identically on every rank.
+exchanged once and judged identically on every rank. NumPy rows are checked
+with scikit-learn's ``check_array``, CuPy rows on their device
+(:func:`check_device_rows`); the global facts are judged alike for both.
 """
 
 import numpy as np
 from sklearn.utils import check_array
 
+from .._arrays import is_cupy
+from ..comm import allgather_object
 from ..comm.checks import format_ranks, validated_on_every_rank
-from ..comm.context import Context, resolve
-from ..comm.objects import allgather_object
 
-__all__ = ["context_of", "check_local_data", "LocalData"]
+__all__ = ["check_local_data", "check_device_rows", "LocalData"]
 
 
-def context_of(comm):
-    """The hpcdist Context for an estimator's ``comm`` argument.
+def check_device_rows(X, name):
+    """CuPy rows as ``check_array`` checks host rows: 2-D, numbers, finite.
 
     Parameters
     ----------
-    comm : None, Context or mpi4py.MPI.Comm
-        None means the default context.
+    X : cupy.ndarray of shape (n_rows, n_features)
+    name : str
+        The estimator's method, for messages.
+
+    Returns
+    -------
+    cupy.ndarray of shape (n_rows, n_features)
+        C-contiguous, float32 kept, other numbers as float64.
     """
-    if comm is None or isinstance(comm, Context):
-        return resolve(comm)
-    if hasattr(comm, "Get_rank") and hasattr(comm, "Dup"):
-        return Context(comm)
-    raise TypeError(f"comm={comm!r} should be None, an hpcdist Context or an mpi4py "
-                    "communicator")
+    import cupy
+
+    if X.ndim != 2:
+        raise ValueError(f"{name}: expected a 2D array, got {X.ndim}D; reshape it with "
+                         "X.reshape(-1, 1) for one feature or X.reshape(1, -1) for one sample")
+    if X.dtype.kind == "c":
+        raise ValueError(f"{name}: Complex data not supported")
+    if X.dtype.kind not in "fiub":
+        raise ValueError(f"{name}: X has dtype {X.dtype}; pass numbers")
+    if X.dtype not in (np.float32, np.float64):
+        X = X.astype(np.float64)
+    if X.shape[1] < 1:
+        raise ValueError(f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of "
+                         "1 is required.")
+    if len(X) and not bool(cupy.isfinite(X).all()):
+        raise ValueError(f"{name}: Input X contains NaN or infinity; remove or impute them")
+    return cupy.ascontiguousarray(X)
 
 
 class LocalData:
@@ -67,7 +86,8 @@ def check_local_data(ctx, X, y=None, *, name, dtype=(np.float64, np.float32),
     Parameters
     ----------
     ctx : Context
-    X : array-like of shape (n_local, n_features)
+    X : array-like or cupy.ndarray of shape (n_local, n_features)
+        CuPy rows are checked on their device (:func:`check_device_rows`).
     y : array-like of shape (n_local,) or (n_local, n_outputs), optional
     name : str
         The estimator, for messages, e.g. ``"MLPClassifier.fit"``.
@@ -93,7 +113,10 @@ def check_local_data(ctx, X, y=None, *, name, dtype=(np.float64, np.float32),
         differ between ranks or from ``n_features``, too few rows on a rank.
     """
     with validated_on_every_rank(ctx):
-        X = check_array(X, dtype=dtype, ensure_min_samples=0, input_name="X")
+        if is_cupy(X):
+            X = check_device_rows(X, name)
+        else:
+            X = check_array(X, dtype=dtype, ensure_min_samples=0, input_name="X")
         if y is not None:
             y = np.asarray(y)
             if y.ndim == 2 and y.shape[1] == 1 and not multi_output:

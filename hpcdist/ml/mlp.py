@@ -9,20 +9,20 @@ the gradients, so N ranks train like one rank with the global batch.
 import warnings
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
 from .. import nn
-from ..comm.checks import format_ranks
 from .._partition import balanced_counts
-from ..comm.reductions import allreduce
+from ..comm import allreduce
+from ..comm.checks import format_ranks
 from ..nn.optim import SGD, Adam
 from ..parallel import DistributedDataParallel
-from ._checkpointing import FitCheckpointing, optimizer_from_tree, optimizer_to_tree
-from ._validation import check_local_data, context_of
+from ._base import DistributedEstimator
+from ._checkpointing import optimizer_from_tree, optimizer_to_tree
+from ._validation import check_local_data
 
 __all__ = ["MLPClassifier", "MLPRegressor"]
 
@@ -32,8 +32,11 @@ _STRATEGIES = ("data_parallel",)
 _PREDICT_CHUNK = 4096
 
 
-class _BaseMLP(BaseEstimator):
+class _BaseMLP(DistributedEstimator):
     """Shared machinery of the MLP estimators (see :class:`MLPClassifier`)."""
+
+    _model_attribute = "model_"
+    _fit_attributes = ("model_", "classes_")
 
     def __init__(self, hidden_layer_sizes=(100,), *, activation="relu", solver="adam",
                  learning_rate_init=1e-3, batch_size=256, max_iter=200, random_state=None,
@@ -63,7 +66,7 @@ class _BaseMLP(BaseEstimator):
         raise NotImplementedError
 
     # -- validation -------------------------------------------------------------------
-    def _check_hyperparameters(self):
+    def _check_params(self):
         name = type(self).__name__
         sizes = self.hidden_layer_sizes
         sizes = (sizes,) if np.isscalar(sizes) else tuple(sizes)
@@ -105,7 +108,7 @@ class _BaseMLP(BaseEstimator):
 
     # -- model ------------------------------------------------------------------------
     def _build(self, n_in, n_out, dtype, ctx):
-        hidden = self._check_hyperparameters()
+        hidden = self._check_params()
         seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
         widths = (n_in, *hidden, n_out)
         layers = []
@@ -151,11 +154,7 @@ class _BaseMLP(BaseEstimator):
         -------
         self
         """
-        self._check_hyperparameters()
-        ctx = context_of(self.comm)
-        saving = FitCheckpointing(self, checkpoint, checkpoint_every, ctx)
-        for attribute in ("model_", "classes_"):
-            self.__dict__.pop(attribute, None)
+        _, ctx, saving = self._start_fit(checkpoint, checkpoint_every)
         converged = False
         with saving:
             resumed = saving.resume() is not None
@@ -185,10 +184,7 @@ class _BaseMLP(BaseEstimator):
         -------
         self
         """
-        fitted = hasattr(self, "model_")
-        ctx = context_of(self.comm)
-        if not fitted:
-            self._check_hyperparameters()
+        fitted, ctx = self._start_epoch()
         data, shares = self._validate(X_local, y_local, ctx, fitted=fitted)
         targets = self._targets(data, first_call=not fitted, ctx=ctx)
         loss = self._epoch(data.X, targets, shares, data.n_global, ctx)
@@ -242,12 +238,7 @@ class _BaseMLP(BaseEstimator):
 
     # -- inference --------------------------------------------------------------------
     def _forward(self, X):
-        check_is_fitted(self, "model_")
-        from sklearn.utils import check_array
-        X = check_array(X, dtype=self._dtype, ensure_min_samples=0)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"{type(self).__name__}: X has {X.shape[1]} features, but the "
-                             f"estimator was fitted with {self.n_features_in_}")
+        X = self._check_rows(X, dtype=self._dtype, ensure_min_samples=0)
         self.model_.eval()
         outputs = [self.model_(X[start:start + _PREDICT_CHUNK])
                    for start in range(0, len(X), _PREDICT_CHUNK)]
@@ -258,18 +249,15 @@ class _BaseMLP(BaseEstimator):
     # -- trainer protocol ----------------------------------------------------------------
     def get_parameters(self):
         """All weights and biases as one 1-D float64 vector (layer order)."""
-        check_is_fitted(self, "model_")
+        self._check_fitted()
         return np.concatenate([p.data.ravel() for p in self.model_.parameters()]).astype(
             np.float64)
 
     def set_parameters(self, vector):
         """Load weights from a vector made by :meth:`get_parameters`."""
-        check_is_fitted(self, "model_")
-        vector = np.asarray(vector, dtype=np.float64).ravel()
-        expected = sum(p.size for p in self.model_.parameters())
-        if vector.size != expected:
-            raise ValueError(f"{type(self).__name__}.set_parameters: got {vector.size} values, "
-                             f"the model has {expected} parameters")
+        self._check_fitted()
+        vector = self._parameter_vector(vector, sum(p.size for p in self.model_.parameters()),
+                                        "parameters")
         offset = 0
         for parameter in self.model_.parameters():
             parameter.data[...] = vector[offset:offset + parameter.size].reshape(parameter.shape)
@@ -279,8 +267,8 @@ class _BaseMLP(BaseEstimator):
     def synchronize_model(self):
         """Average the weights over ranks (model averaging; a no-op for replicas
         that are already identical, as after data-parallel steps)."""
-        check_is_fitted(self, "model_")
-        ctx = context_of(self.comm)
+        self._check_fitted()
+        ctx = self._context()
         if ctx.size > 1:
             for parameter in self.model_.parameters():
                 allreduce(parameter.data, op="mean", out=parameter.data, ctx=ctx)
@@ -288,7 +276,7 @@ class _BaseMLP(BaseEstimator):
 
     def state_dict(self):
         """Everything needed to resume: weights, optimizer state, progress (no pickles)."""
-        check_is_fitted(self, "model_")
+        self._check_fitted()
         state = {
             "model": dict(self.model_.state_dict()),
             "optimizer": optimizer_to_tree(self._optimizer.state_dict()),
@@ -304,7 +292,7 @@ class _BaseMLP(BaseEstimator):
 
     def load_state_dict(self, state):
         """Restore from :meth:`state_dict` (rebuilds the model when needed)."""
-        ctx = context_of(self.comm)
+        ctx = self._context()
         self._load_extra_state(state)
         self.n_features_in_ = int(state["n_features_in"])
         self._dtype = np.dtype(state["dtype"])
@@ -413,12 +401,7 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
 
     def score(self, X_local, y_local, sample_weight=None):
         """Global accuracy over the rows of all ranks."""
-        if sample_weight is not None:
-            raise NotImplementedError("MLPClassifier.score: sample_weight is not supported")
-        correct = float(np.sum(self.predict(X_local) == np.asarray(y_local)))
-        ctx = context_of(self.comm)
-        totals = allreduce(np.array([correct, float(len(X_local))]), ctx=ctx)
-        return float(totals[0] / totals[1]) if totals[1] else float("nan")
+        return self._global_accuracy(X_local, y_local, sample_weight)
 
     def _extra_state(self):
         return {"classes": np.asarray(self.classes_)}
@@ -461,12 +444,11 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
 
     def score(self, X_local, y_local, sample_weight=None):
         """Global coefficient of determination R^2 (uniform average over outputs)."""
-        if sample_weight is not None:
-            raise NotImplementedError("MLPRegressor.score: sample_weight is not supported")
+        self._refuse_sample_weight(sample_weight)
         y = np.asarray(y_local, dtype=np.float64).reshape(len(X_local), -1)
         residual = y - np.asarray(self.predict(X_local), dtype=np.float64).reshape(y.shape)
         local = np.concatenate([[len(y)], y.sum(0), (y ** 2).sum(0), (residual ** 2).sum(0)])
-        totals = allreduce(local, ctx=context_of(self.comm))
+        totals = allreduce(local, ctx=self._context())
         n, k = totals[0], y.shape[1]
         sum_y, sum_y2, ss_res = totals[1:1 + k], totals[1 + k:1 + 2 * k], totals[1 + 2 * k:]
         ss_tot = sum_y2 - sum_y ** 2 / n

@@ -5,12 +5,14 @@ import sys
 
 import numpy as np
 import pytest
+from numba import njit
+from numba.core.errors import TypingError
 
 from hpcdist.kernels._arrays import aligned_empty
-from hpcdist.kernels._simd import _vector_plan
-from hpcdist.kernels.kmeans import (CHUNK_ROWS, TILE_ROWS, assign, column_moments,
-                                    candidate_potentials, labelled_inertia, lloyd_step,
-                                    row_squared_norms)
+from hpcdist.ml.kmeans._simd import _vector_plan, nearest_tile
+from hpcdist.ml.kmeans.kernels import (CHUNK_ROWS, TILE_ROWS, assign, candidate_potentials,
+                                       column_moments, labelled_inertia, lloyd_step,
+                                       row_squared_norms)
 
 DTYPES = (np.float32, np.float64)
 
@@ -238,8 +240,8 @@ def test_vector_plans():
 
 _OTHER_CPU_SCRIPT = """
 import numpy as np
-from hpcdist.kernels import _simd
-from hpcdist.kernels.kmeans import assign, lloyd_step
+from hpcdist.ml.kmeans import _simd
+from hpcdist.ml.kmeans.kernels import assign, lloyd_step
 assert _simd._VECTOR_BYTES == {bytes}, _simd._VECTOR_BYTES
 rng = np.random.default_rng(0)
 for dtype in (np.float32, np.float64):
@@ -273,11 +275,6 @@ def test_kernels_compiled_for_narrower_vectors(tmp_path, cpu, vector_bytes):
 
 
 def test_tile_kernels_reject_wrong_types_at_compile_time():
-    from numba import njit
-    from numba.core.errors import TypingError
-
-    from hpcdist.kernels._simd import nearest_tile
-
     @njit
     def search(X, neg2t, norms, nearest):
         nearest_tile(X, 0, neg2t, norms, nearest, 0)

@@ -11,7 +11,8 @@ from sklearn.datasets import make_blobs as sklearn_blobs
 import hpcdist
 from hpcdist.checkpoint import CheckpointManager
 from hpcdist.launch import Preempted
-from hpcdist.ml import KMeans, _kmeans_lloyd
+from hpcdist.ml import KMeans
+from hpcdist.ml.kmeans import lloyd
 from tests.helpers import all_ranks, assert_on_all_ranks, expect_error, mpi_twin
 
 
@@ -52,9 +53,9 @@ class _CountIterations:
 
     def __init__(self, monkeypatch, after=None, before=None):
         self.calls = 0
-        self.original = _kmeans_lloyd.lloyd_iteration
+        self.original = lloyd.lloyd_iteration
         self.after, self.before = after, before
-        monkeypatch.setattr(_kmeans_lloyd, "lloyd_iteration", self)
+        monkeypatch.setattr(lloyd, "lloyd_iteration", self)
 
     def __call__(self, *args):
         if self.before is not None:

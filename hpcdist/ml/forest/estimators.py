@@ -10,17 +10,15 @@ import warnings
 
 import numba
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.exceptions import DataConversionWarning
-from sklearn.utils import check_array
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
 from ...comm import allreduce, broadcast
 from ...comm.checks import validated_on_every_rank
-from .._checkpointing import FitCheckpointing
-from .._validation import check_local_data, context_of
+from .._base import DistributedEstimator
+from .._validation import check_local_data
 from ._hash_kernels import MAX_BOOTSTRAP_WEIGHT
 from ._predict_kernels import oob_sums
 from ._split_kernels import CRITERIA
@@ -41,9 +39,12 @@ class _Prepared:
         self.global_index, self.n_global, self.y = global_index, n_global, y
 
 
-class _BaseForest(BaseEstimator):
+class _BaseForest(DistributedEstimator):
     """Shared machinery of the forests (see :class:`RandomForestClassifier`)."""
 
+    _model_attribute = "forest_"
+    _fit_attributes = ("forest_", "classes_", "oob_score_", "oob_decision_function_",
+                       "oob_prediction_", "bin_edges_", "n_features_in_")
     _classification = False
     _criteria = ()
 
@@ -88,7 +89,7 @@ class _BaseForest(BaseEstimator):
                              + (" or None" if allow_none else ""))
         return int(value)
 
-    def _check_hyperparameters(self):
+    def _check_params(self):
         self._check_int("n_estimators", 1)
         self._check_int("max_depth", 1, allow_none=True)
         self._check_int("min_samples_split", 2, allow_fraction=(0.0, 1.0))
@@ -231,12 +232,7 @@ class _BaseForest(BaseEstimator):
         -------
         self
         """
-        self._check_hyperparameters()
-        ctx = context_of(self.comm)
-        saving = FitCheckpointing(self, checkpoint, checkpoint_every, ctx)
-        for attribute in ("forest_", "classes_", "oob_score_", "oob_decision_function_",
-                          "oob_prediction_", "bin_edges_", "n_features_in_"):
-            self.__dict__.pop(attribute, None)
+        _, ctx, saving = self._start_fit(checkpoint, checkpoint_every)
         batch = int(self.trees_per_batch)
         with saving:
             resumed = saving.resume() is not None
@@ -278,10 +274,7 @@ class _BaseForest(BaseEstimator):
         -------
         self
         """
-        fitted = hasattr(self, "forest_")
-        ctx = context_of(self.comm)
-        if not fitted:
-            self._check_hyperparameters()
+        fitted, ctx = self._start_epoch()
         prepared = self._prepare(X_local, y_local, ctx, first=not fitted)
         if not fitted:
             self.forest_ = Forest.empty(self._n_values())
@@ -298,16 +291,8 @@ class _BaseForest(BaseEstimator):
         return self
 
     # -- inference ------------------------------------------------------------------------
-    def _check_X(self, X):
-        check_is_fitted(self, "forest_")
-        X = check_array(X, dtype=(np.float64, np.float32), ensure_min_samples=0)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, but {self._name()} is expecting "
-                             f"{self.n_features_in_} features as input")
-        return X
-
     def _mean_values(self, X_local):
-        X = self._check_X(X_local)
+        X = self._check_rows(X_local, dtype=(np.float64, np.float32), ensure_min_samples=0)
         if self.forest_.n_trees == 0:
             raise ValueError(f"{self._name()}: no tree grown yet; call fit or train_epoch first")
         with self._threads():
@@ -316,7 +301,7 @@ class _BaseForest(BaseEstimator):
     @property
     def feature_importances_(self):
         """Impurity-based importances, shape (n_features,), summing to 1 (global)."""
-        check_is_fitted(self, "forest_")
+        self._check_fitted()
         return self.forest_.feature_importances(self.n_features_in_)
 
     def _oob_sums(self, prepared):
@@ -340,12 +325,12 @@ class _BaseForest(BaseEstimator):
     # -- trainer protocol -----------------------------------------------------------------
     def get_parameters(self):
         """The forest's flat arrays in one 1-D float64 vector (see ``Forest.to_vector``)."""
-        check_is_fitted(self, "forest_")
+        self._check_fitted()
         return self.forest_.to_vector()
 
     def set_parameters(self, vector):
         """Load a forest from a vector made by :meth:`get_parameters`."""
-        check_is_fitted(self, "forest_")
+        self._check_fitted()
         try:
             forest = Forest.from_vector(vector)
         except ValueError as error:
@@ -360,8 +345,8 @@ class _BaseForest(BaseEstimator):
 
     def synchronize_model(self):
         """Make every rank's forest rank 0's (they are identical after ``fit`` already)."""
-        check_is_fitted(self, "forest_")
-        ctx = context_of(self.comm)
+        self._check_fitted()
+        ctx = self._context()
         if ctx.size > 1:
             self.set_parameters(broadcast(self.get_parameters() if ctx.rank == 0 else None,
                                           ctx=ctx))
@@ -369,7 +354,7 @@ class _BaseForest(BaseEstimator):
 
     def state_dict(self):
         """Everything needed to predict and to grow more trees: plain arrays and scalars."""
-        check_is_fitted(self, "forest_")
+        self._check_fitted()
         state = {"forest": self.forest_.state(),
                  "bootstrapped": np.asarray(self._bootstrapped, dtype=np.uint8),
                  "bin_edges": self.bin_edges_.edges, "bin_edge_offsets": self.bin_edges_.offsets,
@@ -543,13 +528,7 @@ class RandomForestClassifier(ClassifierMixin, _BaseForest):
 
     def score(self, X_local, y_local, sample_weight=None):
         """Global accuracy over the rows of all ranks."""
-        if sample_weight is not None:
-            raise NotImplementedError(f"{self._name()}.score: sample_weight is not supported")
-        ctx = context_of(self.comm)
-        with validated_on_every_rank(ctx):
-            correct = float(np.sum(self.predict(X_local) == np.asarray(y_local)))
-        totals = allreduce(np.array([correct, float(len(X_local))]), ctx=ctx)
-        return float(totals[0] / totals[1]) if totals[1] else float("nan")
+        return self._global_accuracy(X_local, y_local, sample_weight)
 
     def _set_oob(self, prepared, ctx):
         sums, counts = self._oob_sums(prepared)
@@ -631,9 +610,8 @@ class RandomForestRegressor(RegressorMixin, _BaseForest):
 
     def score(self, X_local, y_local, sample_weight=None):
         """Global coefficient of determination R^2 over the rows of all ranks."""
-        if sample_weight is not None:
-            raise NotImplementedError(f"{self._name()}.score: sample_weight is not supported")
-        ctx = context_of(self.comm)
+        self._refuse_sample_weight(sample_weight)
+        ctx = self._context()
         with validated_on_every_rank(ctx):
             y = np.asarray(y_local, dtype=np.float64).ravel()
             predicted = self.predict(X_local)

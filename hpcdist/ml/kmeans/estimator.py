@@ -11,23 +11,21 @@ import numbers
 import warnings
 
 import numpy as np
-from sklearn.base import (BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin,
-                          TransformerMixin)
+from sklearn.base import ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils import check_array, check_random_state
-from sklearn.utils.validation import check_is_fitted
 
-from ..comm.checks import format_ranks, validated_on_every_rank
-from ..comm.movement import broadcast
-from ..comm.objects import allgather_object, broadcast_object
-from ..comm.reductions import allreduce
-from ..kernels._arrays import aligned_empty, is_cupy
-from ..kernels.kmeans import assign
-from ._checkpointing import FitCheckpointing
-from ._kmeans_init import Shards, kmeans_parallel, kmeans_plusplus, random_rows
-from ._kmeans_lloyd import (LloydStart, LloydState, array_module, global_mean_variance,
-                            lloyd_iteration, lloyd_labels, run_lloyd, same_clustering)
-from ._validation import LocalData, check_local_data, context_of
+from ..._arrays import array_module, is_cupy
+from ...comm import allreduce, broadcast, broadcast_object
+from ...comm.checks import validated_on_every_rank
+from ...kernels._arrays import aligned_empty
+from .._base import DistributedEstimator
+from .._validation import check_local_data
+from .initialization import Shards, kmeans_parallel, kmeans_plusplus, random_rows
+from .kernels import assign
+from .lloyd import (LloydStart, LloydState, global_mean_variance, lloyd_iteration,
+                    lloyd_labels, run_lloyd, same_clustering)
 
 __all__ = ["KMeans"]
 
@@ -78,48 +76,8 @@ def _centered_copy(X, mean):
     return out
 
 
-def _check_device_rows(X, name):
-    """CuPy rows as ``check_array`` would check host rows (2-D, numbers, finite)."""
-    import cupy
-
-    if X.ndim != 2:
-        raise ValueError(f"{name}: expected a 2D array, got {X.ndim}D; reshape it with "
-                         "X.reshape(-1, 1) for one feature or X.reshape(1, -1) for one sample")
-    if X.dtype.kind == "c":
-        raise ValueError(f"{name}: Complex data not supported")
-    if X.dtype.kind not in "fiub":
-        raise ValueError(f"{name}: X has dtype {X.dtype}; pass numbers")
-    if X.dtype not in (np.float32, np.float64):
-        X = X.astype(np.float64)
-    if X.shape[1] < 1:
-        raise ValueError(f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of "
-                         "1 is required.")
-    if len(X) and not bool(cupy.isfinite(X).all()):
-        raise ValueError(f"{name}: Input X contains NaN or infinity; remove or impute them")
-    return cupy.ascontiguousarray(X)
-
-
-def check_local_device_data(ctx, X, *, name, n_features=None):
-    """:func:`check_local_data` for CuPy rows (validated on the device, facts agreed globally)."""
-    with validated_on_every_rank(ctx):
-        X = _check_device_rows(X, name)
-    facts = allgather_object((len(X), X.shape[1]), ctx=ctx) if ctx.size > 1 else [
-        (len(X), X.shape[1])]
-    widths = {}
-    for rank, (_, width) in enumerate(facts):
-        widths.setdefault(width, []).append(rank)
-    if len(widths) > 1:
-        listing = ", ".join(f"{format_ranks(r)}: {w}" for w, r in widths.items())
-        raise ValueError(f"{name}: X has a different number of features on different ranks "
-                         f"({listing}); every rank must pass the same columns")
-    width = facts[0][1]
-    if n_features is not None and width != n_features:
-        raise ValueError(f"{name}: X has {width} features, but the estimator was fitted with "
-                         f"{n_features}")
-    return LocalData(X, None, width, [f[0] for f in facts], None)
-
-
-class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator):
+class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
+             DistributedEstimator):
     """K-means clustering of rows spread over MPI ranks (Lloyd's algorithm).
 
     Parameters
@@ -175,6 +133,9 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
     >>> km.cluster_centers_        # the same on every rank          # doctest: +SKIP
     """
 
+    _model_attribute = "cluster_centers_"
+    _fit_attributes = _FITTED + _PREPARED + ("_fit_progress",)
+
     def __init__(self, n_clusters=8, *, init="k-means++", n_init="auto", max_iter=300,
                  tol=1e-4, random_state=None, comm=None, verbose=0):
         self.n_clusters = n_clusters
@@ -209,7 +170,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
             if self.n_init not in ("auto", 1):
                 warnings.warn(f"Explicit initial center position passed: performing only one "
                               f"init in {name} instead of n_init={self.n_init}.",
-                              RuntimeWarning, stacklevel=3)
+                              RuntimeWarning, stacklevel=4)
         elif self.n_init == "auto":
             n_init = 10 if self.init == "random" else 1
         else:
@@ -217,10 +178,8 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         return n_init
 
     def _validate(self, X, ctx, name, fitted):
-        check = check_local_device_data if is_cupy(X) else check_local_data
-        kwargs = {} if is_cupy(X) else {"min_local_rows": 0}
-        data = check(ctx, X, name=name, n_features=self.n_features_in_ if fitted else None,
-                     **kwargs)
+        data = check_local_data(ctx, X, name=name, min_local_rows=0,
+                                n_features=self.n_features_in_ if fitted else None)
         if data.n_global < self.n_clusters:
             raise ValueError(f"n_samples={data.n_global} should be >= "
                              f"n_clusters={self.n_clusters}.")
@@ -308,11 +267,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         -------
         self
         """
-        n_init = self._check_params()
-        ctx = context_of(self.comm)
-        saving = FitCheckpointing(self, checkpoint, checkpoint_every, ctx)
-        for attribute in _FITTED + _PREPARED + ("_fit_progress",):
-            self.__dict__.pop(attribute, None)
+        n_init, ctx, saving = self._start_fit(checkpoint, checkpoint_every)
         with saving:
             resumed = saving.resume() is not None
             data = self._validate(X_local, ctx, f"{type(self).__name__}.fit", fitted=resumed)
@@ -442,15 +397,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
 
     # -- inference ------------------------------------------------------------------------
     def _check_test_data(self, X):
-        check_is_fitted(self, "cluster_centers_")
-        if is_cupy(X):
-            X = _check_device_rows(X, type(self).__name__)
-        else:
-            X = check_array(X, dtype=[np.float64, np.float32], order="C", input_name="X")
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is "
-                             f"expecting {self.n_features_in_} features as input.")
-        return X
+        return self._check_rows(X, dtype=[np.float64, np.float32], order="C")
 
     def _assign(self, X, labels):
         centers = np.ascontiguousarray(self.cluster_centers_, dtype=X.dtype)
@@ -471,12 +418,10 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
 
     def transform(self, X_local):
         """Euclidean distance of each row given to every center, shape (n_rows, n_clusters)."""
-        from sklearn.metrics.pairwise import euclidean_distances
-
         X = self._check_test_data(X_local)
         centers = self.cluster_centers_.astype(X.dtype, copy=False)
         if is_cupy(X):
-            import cupy
+            cupy = array_module(X)
             centers = cupy.asarray(centers)
             squared = ((X * X).sum(axis=1)[:, None] - 2 * (X @ centers.T)
                        + (centers * centers).sum(axis=1)[None, :])
@@ -485,7 +430,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
 
     def score(self, X_local, y=None):
         """Opposite of the global inertia of the rows of all ranks (collective)."""
-        ctx = context_of(self.comm)
+        ctx = self._context()
         with validated_on_every_rank(ctx):  # a bad input on one rank fails all
             X = self._check_test_data(X_local)
         xp = array_module(X)
@@ -507,10 +452,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         -------
         self
         """
-        ctx = context_of(self.comm)
-        fitted = hasattr(self, "cluster_centers_")
-        if not fitted:
-            self._check_params()
+        fitted, ctx = self._start_epoch()
         data = self._validate(X_local, ctx, f"{type(self).__name__}.train_epoch", fitted)
         if not fitted:
             Xc, shards, init = self._prepare(data, ctx)
@@ -534,18 +476,15 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
 
     def get_parameters(self):
         """The centers, flattened, as float64 (shape ``(n_clusters * n_features,)``)."""
-        check_is_fitted(self, "cluster_centers_")
+        self._check_fitted()
         return self.cluster_centers_.astype(np.float64).ravel()
 
     def set_parameters(self, vector):
         """Load centers from a vector made by :meth:`get_parameters`."""
-        check_is_fitted(self, "cluster_centers_")
-        vector = np.asarray(vector, dtype=np.float64).ravel()
+        self._check_fitted()
         shape = self.cluster_centers_.shape
-        if vector.size != shape[0] * shape[1]:
-            raise ValueError(f"{type(self).__name__}.set_parameters: got {vector.size} values, "
-                             f"the model has {shape[0] * shape[1]} ({shape[0]} centers x "
-                             f"{shape[1]} features)")
+        vector = self._parameter_vector(vector, shape[0] * shape[1],
+                                        f"({shape[0]} centers x {shape[1]} features)")
         self._set_centers(vector.reshape(shape).astype(self.cluster_centers_.dtype))
         return self
 
@@ -553,15 +492,6 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         self.cluster_centers_ = centers
         mean = getattr(self, "_X_mean", np.zeros(centers.shape[1], centers.dtype))
         self._centered = (centers - mean).astype(centers.dtype)
-
-    def synchronize_model(self):
-        """Average the centers over ranks so that every rank holds the same ones."""
-        check_is_fitted(self, "cluster_centers_")
-        ctx = context_of(self.comm)
-        if ctx.size > 1:
-            average = allreduce(self.cluster_centers_.astype(np.float64), op="mean", ctx=ctx)
-            self._set_centers(average.astype(self.cluster_centers_.dtype))
-        return self
 
     def state_dict(self):
         """The model, and a fit in progress, as a plain dict of arrays and scalars (no pickles).
@@ -589,7 +519,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, Ba
         """
         fit = getattr(self, "_fit_progress", None)
         if fit is None:
-            check_is_fitted(self, "cluster_centers_")
+            self._check_fitted()
         if hasattr(self, "cluster_centers_"):
             state = {
                 "cluster_centers": self.cluster_centers_.copy(),

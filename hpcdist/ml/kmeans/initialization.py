@@ -8,11 +8,12 @@ are split over the ranks (up to floating-point rounding in sums).
 """
 
 import numpy as np
+from sklearn.cluster import KMeans as SKLearnKMeans
+from sklearn.cluster import kmeans_plusplus as sklearn_kmeans_plusplus
 
-from ..comm.movement import allgather, broadcast
-from ..comm.reductions import allreduce
-from ..kernels.kmeans import assign, candidate_potentials
-from ._kmeans_lloyd import array_module, to_host
+from ..._arrays import array_module, to_host
+from ...comm import allgather, allreduce, broadcast
+from .kernels import assign, candidate_potentials
 
 __all__ = ["Shards", "random_rows", "kmeans_plusplus", "kmeans_parallel"]
 
@@ -220,9 +221,6 @@ def kmeans_parallel(X, n_clusters, rng, shards, ctx, rounds=PARALLEL_ROUNDS,
 
 def _recluster(candidates, weights, n_clusters, seed):
     """Weighted k-means++ then weighted Lloyd on the candidates (rank 0 only)."""
-    from sklearn.cluster import KMeans as SKLearnKMeans
-    from sklearn.cluster import kmeans_plusplus as sklearn_kmeans_plusplus
-
     used = weights > 0
     if used.sum() <= n_clusters:  # every weighted candidate becomes a center
         order = np.argsort(~used, kind="stable")[:n_clusters]

@@ -7,12 +7,12 @@ results with one collective. Nothing here validates or communicates.
 The distance to every center goes through GEMM arithmetic: ``||x - c||^2 =
 ||x||^2 - 2 x.c + ||c||^2``, and since ``||x||^2`` is the same for every center
 the nearest center is the argmin of ``||c||^2 - 2 x.c``. That argmin is a
-register-blocked micro-kernel (:func:`hpcdist.kernels._simd.nearest_tile`,
+register-blocked micro-kernel (:func:`hpcdist.ml.kmeans._simd.nearest_tile`,
 LLVM vector IR): ``TILE_ROWS`` rows at a time, the dot products of a block of
 centers accumulate in vector registers and are reduced to each row's nearest
 center at once, so the ``(rows, centers)`` distances never reach memory (ties
 go to the lowest center, like scikit-learn). :func:`lloyd_step` updates each
-tile's rows while they are in L1 (:func:`hpcdist.kernels._simd.lloyd_tile`):
+tile's rows while they are in L1 (:func:`hpcdist.ml.kmeans._simd.lloyd_tile`):
 labels, the per-cluster sums (float64) and counts, the number of changed
 labels; its inertia comes from the GEMM form (``||x||^2``, computed once per
 run by :func:`row_squared_norms`, plus each row's smallest ``||c||^2 - 2
@@ -40,9 +40,10 @@ candidate_potentials(X, candidates, closest, out, *, n_blocks) -> potentials
 """
 import numpy as np
 
-from ._arrays import aligned_empty, is_cupy
+from ..._arrays import is_cupy
+from ..._numba import JIT, JIT_PARALLEL, njit, num_threads, prange
+from ...kernels._arrays import aligned_empty
 from ._simd import CENTER_PADDING, TILE_ROWS, lloyd_tile, nearest_tile
-from .._numba import JIT, JIT_PARALLEL, njit, num_threads, prange
 
 __all__ = ["CHUNK_ROWS", "default_blocks", "column_moments", "row_squared_norms", "lloyd_step",
            "assign", "labelled_inertia", "candidate_potentials"]

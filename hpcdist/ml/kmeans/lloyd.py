@@ -1,7 +1,7 @@
 """The distributed Lloyd loop behind :class:`hpcdist.ml.KMeans` (no validation here).
 
 One iteration is one fused kernel pass over this rank's rows
-(:func:`hpcdist.kernels.kmeans.lloyd_step`) and ONE packed allreduce of
+(:func:`hpcdist.ml.kmeans.kernels.lloyd_step`) and ONE packed allreduce of
 ``[sums (k*d), counts (k), inertia, changed labels]`` in float64. Everything
 else (new centers, empty-cluster relocation, the shift, the convergence test)
 is computed identically on every rank from the reduced values, so the centers
@@ -15,31 +15,12 @@ from collections import namedtuple
 
 import numpy as np
 
-from ..comm.movement import allgather
-from ..kernels._arrays import is_cupy
-from ..comm.reductions import allreduce
-from ..kernels.kmeans import (assign, column_moments, labelled_inertia, lloyd_step,
-                              row_squared_norms)
+from ..._arrays import array_module, to_host
+from ...comm import allgather, allreduce
+from .kernels import assign, column_moments, labelled_inertia, lloyd_step, row_squared_norms
 
-__all__ = ["array_module", "to_host", "global_mean_variance",
-           "LloydState", "lloyd_iteration", "lloyd_labels", "LloydStart", "LloydRun", "run_lloyd",
-           "final_assignment", "same_clustering"]
-
-
-def array_module(x):
-    """``cupy`` for a CuPy array, else ``numpy``."""
-    if is_cupy(x):
-        import cupy
-        return cupy
-    return np
-
-
-def to_host(x):
-    """A NumPy array (copied from the device for a CuPy array)."""
-    if is_cupy(x):
-        import cupy
-        return cupy.asnumpy(x)
-    return x
+__all__ = ["global_mean_variance", "LloydState", "lloyd_iteration", "lloyd_labels", "LloydStart",
+           "LloydRun", "run_lloyd", "final_assignment", "same_clustering"]
 
 
 def global_mean_variance(X, ctx):

@@ -197,6 +197,23 @@ def test_bad_arguments(ctx, shared_dir, kwargs, exc, match):
 test_bad_arguments_mpi = mpi_twin(test_bad_arguments)
 
 
+def test_a_raw_communicator_gets_one_owned_context(ctx, shared_dir):
+    from mpi4py import MPI
+
+    first = CheckpointManager(shared_dir, ctx=MPI.COMM_WORLD)
+    first.save(1, {"rank_count": ctx.size})
+    second = CheckpointManager(shared_dir, ctx=MPI.COMM_WORLD)
+    state = second.restore()
+    with all_ranks("one Dup'd context for COMM_WORLD, used by both managers"):
+        assert first.ctx is second.ctx and first.ctx is not ctx
+        assert first.ctx.comm != MPI.COMM_WORLD and first.ctx.size == ctx.size
+        assert state == {"rank_count": ctx.size}
+
+
+test_a_raw_communicator_gets_one_owned_context_mpi = mpi_twin(
+    test_a_raw_communicator_gets_one_owned_context)
+
+
 @pytest.mark.skipif(PARALLEL_H5PY, reason="h5py is parallel here: backend='mpio' works")
 def test_mpio_without_parallel_h5py_is_a_clear_error(ctx, shared_dir):
     expect_error(CheckpointError, CheckpointManager, shared_dir, backend="mpio", ctx=ctx,

@@ -5,7 +5,7 @@ import pytest
 import hpcdist
 from hpcdist.data import DataPartitioner, shard
 from tests.data.conftest import explicit_context
-from tests.helpers import all_ranks, check_array, expect_error
+from tests.helpers import all_ranks, check_array, expect_error, mpi_twin
 
 PAIRS = [(total, world) for total in range(0, 26) for world in range(1, 9)]
 PAIRS += [(1797, 3), (1797, 4), (10**6 + 3, 7), (5, 64)]
@@ -100,6 +100,18 @@ def test_shard_default_context_single_process(size):
         pytest.skip("serial test")
     X = np.arange(10)
     check_array(shard(X), X)
+
+
+def test_shard_takes_a_raw_communicator(ctx):
+    from mpi4py import MPI
+
+    X = np.arange(2 * ctx.size + 1)
+    part = shard(X, MPI.COMM_WORLD)
+    with all_ranks("the rows of this rank in COMM_WORLD"):
+        check_array(part, shard(X, ctx))
+
+
+test_shard_takes_a_raw_communicator_mpi = mpi_twin(test_shard_takes_a_raw_communicator)
 
 
 @pytest.mark.parametrize("bad", [np.float64(3.0), np.array(5), 7, "abc"])

@@ -13,6 +13,7 @@ from contextlib import ExitStack
 import numpy as np
 
 from .._preemption import Preempted, PreemptionHandler
+from ..comm import broadcast_object
 
 __all__ = ["FitCheckpointing", "optimizer_to_tree", "optimizer_from_tree"]
 
@@ -70,7 +71,6 @@ class FitCheckpointing:
             return None
         latest = self.checkpoint.latest_step()
         if self.ctx.size > 1:  # one decision for all ranks, whatever their file-system caches
-            from ..comm.objects import broadcast_object
             latest = broadcast_object(latest, ctx=self.ctx)
         if latest is None:
             return None

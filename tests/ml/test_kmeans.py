@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 from sklearn.cluster import KMeans as SKLearnKMeans
 from sklearn.datasets import make_blobs as sklearn_blobs
 from sklearn.metrics.pairwise import euclidean_distances
@@ -166,6 +167,21 @@ def test_predict_transform_score_and_fit_predict():
         np.testing.assert_allclose(-score, km.inertia_, rtol=1e-9)
         assert km.get_feature_names_out().tolist() == [f"kmeans{i}" for i in range(6)]
 
+
+
+@pytest.mark.mpi(min_size=2)
+def test_many_calls_on_a_raw_communicator_share_one_context():
+    """``comm=MPI.COMM_WORLD`` gets one context, made once for that communicator: a new one
+    per call (Split_type, Split, Dup, never freed) ran out of communicators near the 682nd."""
+    X = _blobs(n=120, features=3, centers=3, seed=2)
+    X_local, _ = _shard(X)
+    km = KMeans(3, init=X[:3], comm=MPI.COMM_WORLD).fit(X_local)
+    first = km.score(X_local)
+    scores = {km.score(X_local) for _ in range(3000)}
+    assert_on_all_ranks(scores == {first}, f"3000 score calls gave {sorted(scores)[:3]}, "
+                                           f"the first gave {first}")
+    km.train_epoch(X_local)
+    km.synchronize_model()
 
 def test_one_packed_allreduce_per_iteration(ctx):
     X = _blobs(seed=2)

@@ -1,11 +1,20 @@
 """``hpcdist info``: versions, MPI library, CUDA-awareness, threading and rank layout."""
 
 import importlib
+import importlib.util
 import json
 import os
 import platform
 import socket
 import sys
+
+import h5py
+import numba
+
+from .._version import __version__
+from ..comm import init
+from ..comm.mpi import MPI
+from ..comm.threads import available_cores
 
 __all__ = ["collect_info", "rank_layout", "run_info"]
 
@@ -18,10 +27,6 @@ def _version(module_name):
 
 
 def _numba_info():
-    try:
-        import numba
-    except ImportError:
-        return {"version": None}
     layer = None
     try:
         @numba.njit(parallel=True, cache=False)
@@ -39,16 +44,11 @@ def _numba_info():
 
 
 def _h5py_info():
-    try:
-        import h5py
-    except ImportError:
-        return {"version": None}
     return {"version": h5py.__version__, "hdf5": h5py.version.hdf5_version,
             "parallel": bool(h5py.get_config().mpi)}
 
 
 def _cupy_info():
-    import importlib.util
     if importlib.util.find_spec("cupy") is None:
         return {"version": None, "gpus": []}
     try:
@@ -62,14 +62,10 @@ def _cupy_info():
 
 def collect_info(ctx):
     """Everything ``hpcdist info`` reports about this installation, as a dict."""
-    from mpi4py import MPI
-
-    import hpcdist
-    from hpcdist.comm.threads import available_cores
     thread_levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
                      MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
     return {
-        "hpcdist": hpcdist.__version__,
+        "hpcdist": __version__,
         "python": f"{platform.python_version()} ({sys.executable})",
         "numpy": _version("numpy"),
         "mpi4py": _version("mpi4py"),
@@ -88,7 +84,6 @@ def collect_info(ctx):
 
 def rank_layout(ctx):
     """One row per rank: rank, host, node, local rank, device, pid (gathered on rank 0)."""
-    from hpcdist.comm.threads import available_cores
     row = {"rank": ctx.rank, "host": socket.gethostname(), "node": ctx.node_rank,
            "local_rank": ctx.local_rank, "local_size": ctx.local_size, "device": ctx.device,
            "pid": os.getpid(), "cores": available_cores(),
@@ -120,8 +115,7 @@ def _print_table(info, layout):
 
 def run_info(args):
     """Print the report on rank 0 (all ranks take part in gathering the layout)."""
-    import hpcdist
-    ctx = hpcdist.init()
+    ctx = init()
     info = collect_info(ctx)
     layout = rank_layout(ctx)
     if ctx.is_main:

@@ -13,6 +13,13 @@ import sys
 import time
 
 import numpy as np
+from sklearn import cluster, ensemble, neural_network
+
+from ..checkpoint import CheckpointManager
+from ..comm import allgather, allreduce, gather, init
+from ..data import load_digits, load_hdf5, make_blobs, make_classification
+from ..ml import (KMeans, MLPClassifier, MLPRegressor, RandomForestClassifier,
+                  RandomForestRegressor)
 
 __all__ = ["MODELS", "add_train_parser", "run_train"]
 
@@ -80,7 +87,6 @@ def _is_classification(args, y):
 
 
 def _make_mlp(args, y, ctx):
-    from ..ml import MLPClassifier, MLPRegressor
     cls = MLPClassifier if _is_classification(args, y) else MLPRegressor
     return cls(args.hidden_layer_sizes, activation=args.activation, solver=args.solver,
                learning_rate_init=args.learning_rate_init, batch_size=args.batch_size,
@@ -89,7 +95,6 @@ def _make_mlp(args, y, ctx):
 
 
 def _make_kmeans(args, y, ctx):
-    from ..ml import KMeans
     n_init = args.n_init if args.n_init == "auto" else int(args.n_init)
     return KMeans(args.n_clusters, init=args.init, n_init=n_init, max_iter=args.max_iter,
                   tol=args.tol, random_state=args.random_state, comm=ctx,
@@ -97,7 +102,6 @@ def _make_kmeans(args, y, ctx):
 
 
 def _make_forest(args, y, ctx):
-    from ..ml import RandomForestClassifier, RandomForestRegressor
     cls = RandomForestClassifier if _is_classification(args, y) else RandomForestRegressor
     return cls(args.n_estimators, max_depth=args.max_depth, max_features=args.max_features,
                min_samples_leaf=args.min_samples_leaf, max_bins=args.max_bins,
@@ -106,7 +110,6 @@ def _make_forest(args, y, ctx):
 
 def _sklearn_twin(name, estimator):
     """The scikit-learn estimator that does the same job, for ``--compare-sklearn``."""
-    from sklearn import cluster, ensemble, neural_network
     params = estimator.get_params()
     if name == "kmeans":
         return cluster.KMeans(params["n_clusters"], init="k-means++" if params["init"] ==
@@ -179,7 +182,6 @@ def add_train_parser(commands):
 
 def _held_out_split(X, y, ctx):
     """Every fifth global row is test data; returns (X, y, X_test, y_test)."""
-    from ..comm.movement import allgather
     counts = allgather(np.array([len(X)]), ctx=ctx)  # every rank's row count
     offset = int(counts[:ctx.rank].sum())
     test = (offset + np.arange(len(X))) % _HELD_OUT_EVERY == _HELD_OUT_EVERY - 1
@@ -190,22 +192,21 @@ def _held_out_split(X, y, ctx):
 
 def load_data(args, ctx):
     """This rank's train and test rows as ``(X, y, X_test, y_test)``."""
-    from .. import data
     if args.data:
         if not args.x:
             raise SystemExit("hpcdist train: --data needs --x NAME (the features dataset)")
-        X = data.load_hdf5(args.data, args.x, ctx=ctx)
-        y = data.load_hdf5(args.data, args.y, ctx=ctx) if args.y else None
+        X = load_hdf5(args.data, args.x, ctx=ctx)
+        y = load_hdf5(args.data, args.y, ctx=ctx) if args.y else None
         return _held_out_split(X, y, ctx)
     if args.dataset == "digits":
-        X, y = data.load_digits(ctx, split="train", random_state=args.random_state)
-        X_test, y_test = data.load_digits(ctx, split="test", random_state=args.random_state)
+        X, y = load_digits(ctx, split="train", random_state=args.random_state)
+        X_test, y_test = load_digits(ctx, split="test", random_state=args.random_state)
         return X, y, X_test, y_test
     if args.dataset == "blobs":
-        X, y = data.make_blobs(args.n_samples, args.n_features, args.n_classes,
+        X, y = make_blobs(args.n_samples, args.n_features, args.n_classes,
                                random_state=args.random_state, ctx=ctx)
     else:
-        X, y = data.make_classification(args.n_samples, args.n_features, args.n_classes,
+        X, y = make_classification(args.n_samples, args.n_features, args.n_classes,
                                         n_informative=max(2, args.n_features // 2),
                                         random_state=args.random_state, ctx=ctx)
     return _held_out_split(X, y, ctx)
@@ -227,7 +228,6 @@ def _metrics(name, estimator, X, y, X_test, y_test):
 
 def _sklearn_metrics(name, estimator, X, y, X_test, y_test, ctx):
     """Fit scikit-learn on the gathered rows on rank 0; None elsewhere."""
-    from ..comm.movement import gather
     parts = [gather(a, ctx=ctx) if a is not None else None for a in (X, y, X_test, y_test)]
     if ctx.rank != 0:
         return None
@@ -255,8 +255,7 @@ def _format(value):
 
 def run_train(args):
     """Train, print the global metrics on rank 0, return the exit code."""
-    import hpcdist
-    ctx = hpcdist.init()
+    ctx = init()
     name = args.model
     try:  # load_hdf5 raises the same error on every rank: all ranks stop here together
         X, y, X_test, y_test = load_data(args, ctx)
@@ -270,17 +269,16 @@ def run_train(args):
     estimator = MODELS[name][2](args, y, ctx)
     checkpoint = None
     if args.checkpoint_dir:
-        from ..checkpoint import CheckpointManager
         checkpoint = CheckpointManager(args.checkpoint_dir, ctx=ctx)
     start = time.perf_counter()
     if checkpoint is not None:
         estimator.fit(X, y, checkpoint=checkpoint, checkpoint_every=args.checkpoint_every)
     else:
         estimator.fit(X, y)
-    seconds = hpcdist.allreduce(time.perf_counter() - start, op="max", ctx=ctx)
+    seconds = allreduce(time.perf_counter() - start, op="max", ctx=ctx)
     report = {"model": name, "estimator": type(estimator).__name__, "ranks": ctx.size,
-              "rows": int(hpcdist.allreduce(len(X), ctx=ctx)),
-              "test_rows": int(hpcdist.allreduce(len(X_test), ctx=ctx)),
+              "rows": int(allreduce(len(X), ctx=ctx)),
+              "test_rows": int(allreduce(len(X_test), ctx=ctx)),
               "features": int(X.shape[1]), "seconds": seconds,
               **_metrics(name, estimator, X, y, X_test, y_test)}
     if args.compare_sklearn:

@@ -1,5 +1,4 @@
 """hpcdist run: restarts, exit code 75, rank variables, bad options; stop signals."""
-import os
 import signal
 import subprocess
 import sys

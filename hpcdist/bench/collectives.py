@@ -75,6 +75,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..comm import allgather, allreduce, broadcast, init
+from ..comm.mpi import MPI
 from .common import (KIB, MIB, format_size, init_gloo, load_average, machine_info, pyplot,
                      write_report)
 
@@ -142,8 +144,6 @@ class Backends:
 
     Attributes
     ----------
-    hp : module
-        The ``hpcdist`` package, initialised, check mode off.
     comm : mpi4py.MPI.Comm
         ``MPI.COMM_WORLD.Dup()`` for the mpi4py baseline.
     ctrl : mpi4py.MPI.Comm
@@ -152,7 +152,6 @@ class Backends:
         ``torch`` and ``torch.distributed`` with a gloo group started, or None.
     """
 
-    hp: Any
     comm: Any
     ctrl: Any
     torch: Any = None
@@ -249,22 +248,6 @@ def _repetitions(args: argparse.Namespace) -> int:
     return QUICK_REPETITIONS if args.quick else DEFAULT_REPETITIONS
 
 
-# -- setup ----------------------------------------------------------------------------------
-
-def _init_hpcdist():
-    """Import and initialise hpcdist, with check mode off; returns the package."""
-    import hpcdist
-
-    needed = ("init", "allreduce", "broadcast", "allgather")
-    missing = [name for name in needed if not hasattr(hpcdist, name)]
-    if missing:
-        raise RuntimeError(f"hpcdist has no {', '.join(missing)}: this benchmark needs the "
-                           f"collectives of hpcdist.comm")
-    ctx = hpcdist.init()
-    ctx.check = False
-    return hpcdist
-
-
 # -- operations -----------------------------------------------------------------------------
 # A builder returns (implementations, expected): name -> zero-argument callable
 # returning the result, and the result every rank should get.
@@ -290,7 +273,7 @@ def _build_allreduce(b: Backends, n: int):
         b.comm.Allreduce(x, out)
         return out
 
-    impls = {"hpcdist": lambda: b.hp.allreduce(x), "mpi4py": mpi4py_allreduce}
+    impls = {"hpcdist": lambda: allreduce(x), "mpi4py": mpi4py_allreduce}
     if b.dist is not None:
         t = b.torch.from_numpy(x)
 
@@ -311,7 +294,7 @@ def _build_allreduce_out(b: Backends, n: int):
         b.comm.Allreduce(x, out)
         return out
 
-    impls = {"hpcdist": lambda: b.hp.allreduce(x, out=out), "mpi4py": mpi4py_allreduce_out}
+    impls = {"hpcdist": lambda: allreduce(x, out=out), "mpi4py": mpi4py_allreduce_out}
     if b.dist is not None:
         out_t = b.torch.from_numpy(out)
         impls["gloo"] = lambda: b.dist.all_reduce(out_t)
@@ -325,7 +308,7 @@ def _build_broadcast(b: Backends, n: int, **options):
         b.comm.Bcast(buf, root=0)
         return buf
 
-    impls = {"hpcdist": lambda: b.hp.broadcast(buf, root=0, **options),
+    impls = {"hpcdist": lambda: broadcast(buf, root=0, **options),
              "mpi4py": mpi4py_broadcast}
     if b.dist is not None:
         buf_t = b.torch.from_numpy(buf)
@@ -342,7 +325,7 @@ def _build_allgather(b: Backends, n: int):
         b.comm.Allgather(x, out)
         return out
 
-    impls = {"hpcdist": lambda: b.hp.allgather(x, counts=counts), "mpi4py": mpi4py_allgather}
+    impls = {"hpcdist": lambda: allgather(x, counts=counts), "mpi4py": mpi4py_allgather}
     if b.dist is not None:
         t = b.torch.from_numpy(x)
         gather_into = getattr(b.dist, "all_gather_single", None) or b.dist.all_gather_into_tensor
@@ -370,7 +353,7 @@ def _build_allgather_uneven(b: Backends, n: int):
             b.comm.Allgatherv(x, (out, counts))
         return out
 
-    impls = {"hpcdist": lambda: b.hp.allgather(x), "mpi4py": mpi4py_allgather_sizes_first}
+    impls = {"hpcdist": lambda: allgather(x), "mpi4py": mpi4py_allgather_sizes_first}
     return impls, _gathered(n, b.size)
 
 
@@ -694,12 +677,11 @@ def main(argv: list[str] | None = None) -> int:
         Exit status, 0 on success.
     """
     args = _parse_args(argv)
-    hp = _init_hpcdist()
-    from mpi4py import MPI
-
+    ctx = init()  # the default context, on which hpcdist.allreduce(x) and the others run
+    ctx.check = False
     comm, ctrl = MPI.COMM_WORLD.Dup(), MPI.COMM_WORLD.Dup()
     torch, dist = init_gloo(ctrl, enabled=not args.no_gloo)
-    b = Backends(hp=hp, comm=comm, ctrl=ctrl, torch=torch, dist=dist)
+    b = Backends(comm=comm, ctrl=ctrl, torch=torch, dist=dist)
     load_before = load_average()
     try:
         if b.rank == 0:

@@ -14,14 +14,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_info
 
 from ..comm.mpi import MPI
 from ..launch.environment import under_mpi_launcher
 from ..launch.launchers import find_mpiexec
 
 __all__ = ["KIB", "MIB", "format_size", "package_version", "load_average", "machine_info",
-           "median_seconds", "init_gloo", "pyplot", "write_report", "rank_counts",
-           "add_job_options", "launch_jobs", "run_per_rank_count", "merged_report",
+           "median_seconds", "blas_threads", "init_gloo", "pyplot", "write_report",
+           "rank_counts", "add_job_options", "launch_jobs", "run_per_rank_count", "merged_report",
            "fill_sizes", "idle_until_all_arrive"]
 
 KIB = 1024
@@ -107,6 +108,12 @@ def median_seconds(function, repetitions, warmup=1):
         function()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def blas_threads():
+    """Threads of the BLAS that NumPy calls (after ``hpcdist.init`` capped them)."""
+    counts = [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
+    return min(counts) if counts else 1
 
 
 def _gloo_rendezvous(ctrl):

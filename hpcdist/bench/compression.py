@@ -31,7 +31,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+from ml_dtypes import bfloat16
 
+from ..comm import allreduce, init
+from ..comm.mpi import MPI
+from ..compression import (BF16Compressor, ErrorFeedback, FP16Compressor, NoCompression,
+                           PowerSGDCompressor, QSGDCompressor, RandomKCompressor,
+                           SignCompressor, TopKCompressor, compressed_allreduce)
+from ..kernels import (error_feedback_update, int8_quantize, qsgd_quantize, randomk_indices,
+                       scale_add, scatter_add, sign_pack, to_half, topk, topk_threshold)
 from .common import idle_until_all_arrive, machine_info, median_seconds
 
 __all__ = ["main"]
@@ -81,10 +89,6 @@ def _numpy_sign(x, chunk):
 
 def _kernel_cases(x, k, seed):
     """(name, hpcdist call, NumPy call, kind) for every kernel; kind picks the target."""
-    from ml_dtypes import bfloat16
-
-    from hpcdist import kernels
-
     n = x.size
     chunk = 1024
     rng = np.random.default_rng(seed)
@@ -94,27 +98,27 @@ def _kernel_cases(x, k, seed):
     residual = np.empty_like(x)
     other = x[::-1].copy()
     return [
-        ("topk", lambda: kernels.topk(x, k),
+        ("topk", lambda: topk(x, k),
          lambda: np.argpartition(np.abs(x), n - k)[n - k:], "topk"),
-        ("topk_threshold", lambda: kernels.topk_threshold(x, k, seed=seed),
+        ("topk_threshold", lambda: topk_threshold(x, k, seed=seed),
          lambda: np.argpartition(np.abs(x), n - k)[n - k:], "topk"),
-        ("randomk_indices", lambda: kernels.randomk_indices(n, k, seed),
+        ("randomk_indices", lambda: randomk_indices(n, k, seed),
          lambda: np.sort(np.random.default_rng(seed).choice(n, k, replace=False)), "other"),
-        ("qsgd_quantize", lambda: kernels.qsgd_quantize(x, 127, seed),
+        ("qsgd_quantize", lambda: qsgd_quantize(x, 127, seed),
          lambda: _numpy_qsgd(x, 127, np.random.default_rng(seed)), "bandwidth"),
-        ("int8_quantize", lambda: kernels.int8_quantize(x, chunk),
+        ("int8_quantize", lambda: int8_quantize(x, chunk),
          lambda: _numpy_int8(x, chunk), "bandwidth"),
-        ("sign_pack", lambda: kernels.sign_pack(x, chunk),
+        ("sign_pack", lambda: sign_pack(x, chunk),
          lambda: _numpy_sign(x, chunk), "bandwidth"),
-        ("to_half float16", lambda: kernels.to_half(x, "float16"),
+        ("to_half float16", lambda: to_half(x, "float16"),
          lambda: x.astype(np.float16), "other"),
-        ("to_half bfloat16", lambda: kernels.to_half(x, "bfloat16"),
+        ("to_half bfloat16", lambda: to_half(x, "bfloat16"),
          lambda: x.astype(bfloat16), "other"),
-        ("scatter_add", lambda: kernels.scatter_add(dense, indices, values),
+        ("scatter_add", lambda: scatter_add(dense, indices, values),
          lambda: np.add.at(dense, indices, values), "other"),
-        ("scale_add", lambda: kernels.scale_add(dense, x, 0.5),
+        ("scale_add", lambda: scale_add(dense, x, 0.5),
          lambda: np.add(dense, 0.5 * x, out=dense), "other"),
-        ("error_feedback_update", lambda: kernels.error_feedback_update(residual, x, other),
+        ("error_feedback_update", lambda: error_feedback_update(residual, x, other),
          lambda: np.subtract(x, other, out=residual), "other"),
     ]
 
@@ -145,23 +149,20 @@ def _kernel_report(x, k, repetitions, seed):
 # -- 2. compressors and compressed_allreduce -------------------------------------------------
 
 def _compressors(ratio):
-    from hpcdist import compression as c
-
     return {
-        "none": c.NoCompression(),
-        "fp16": c.FP16Compressor(),
-        "bf16": c.BF16Compressor(),
-        "topk": c.TopKCompressor(ratio),
-        "topk+ef": c.ErrorFeedback(c.TopKCompressor(ratio)),
-        "randomk": c.RandomKCompressor(ratio, seed=0),
-        "qsgd": c.QSGDCompressor(levels=127),
-        "sign+ef": c.ErrorFeedback(c.SignCompressor()),
-        "powersgd": c.PowerSGDCompressor(rank=4),
+        "none": NoCompression(),
+        "fp16": FP16Compressor(),
+        "bf16": BF16Compressor(),
+        "topk": TopKCompressor(ratio),
+        "topk+ef": ErrorFeedback(TopKCompressor(ratio)),
+        "randomk": RandomKCompressor(ratio, seed=0),
+        "qsgd": QSGDCompressor(levels=127),
+        "sign+ef": ErrorFeedback(SignCompressor()),
+        "powersgd": PowerSGDCompressor(rank=4),
     }
 
 
 def _slowest(ctrl, seconds):
-    from mpi4py import MPI
     return ctrl.allreduce(seconds, op=MPI.MAX)
 
 
@@ -178,11 +179,8 @@ def _timed_collective(ctrl, function, repetitions):
 
 
 def _compressor_report(x, ratio, repetitions, ctx, ctrl):
-    import hpcdist
-    from hpcdist.compression import compressed_allreduce
-
     matrix = x.reshape(1024, -1) if x.size % 1024 == 0 else x  # PowerSGD wants a matrix
-    dense_seconds = _timed_collective(ctrl, lambda: hpcdist.allreduce(x, op="mean"), repetitions)
+    dense_seconds = _timed_collective(ctrl, lambda: allreduce(x, op="mean", ctx=ctx), repetitions)
     rows = []
     for name, compressor in _compressors(ratio).items():
         data = matrix if name == "powersgd" else x
@@ -242,10 +240,9 @@ def _model(rows, dense_bytes, ranks, alpha):
     return model
 
 
-def _latency(ctrl, repetitions):
-    import hpcdist
+def _latency(ctx, ctrl, repetitions):
     small = np.zeros(1, dtype=np.float32)
-    return _timed_collective(ctrl, lambda: [hpcdist.allreduce(small) for _ in range(100)],
+    return _timed_collective(ctrl, lambda: [allreduce(small, ctx=ctx) for _ in range(100)],
                              repetitions) / 100
 
 
@@ -285,17 +282,14 @@ def main(argv=None):
     if args.elements < 1024 or not 0 < args.ratio <= 1 or args.repetitions < 1:
         raise SystemExit("hpcdist bench compression: need --elements >= 1024, 0 < --ratio <= 1 "
                          "and --repetitions >= 1")
-    import hpcdist
-    from mpi4py import MPI
-
-    ctx = hpcdist.init()
-    ctrl = MPI.COMM_WORLD.Dup()
+    ctx = init()
+    ctrl = ctx.comm.Dup()
     x = np.random.default_rng(ctx.rank).standard_normal(args.elements, dtype=np.float32)
     k = max(1, int(args.ratio * x.size))
     kernels = _kernel_report(x, k, args.repetitions, seed=7) if ctx.rank == 0 else None
     idle_until_all_arrive(ctrl)  # rank 0 times the kernels alone
     compressors = _compressor_report(x, args.ratio, args.repetitions, ctx, ctrl)
-    alpha = _latency(ctrl, args.repetitions)
+    alpha = _latency(ctx, ctrl, args.repetitions)
     machine = machine_info(ctrl)
     if ctx.rank == 0:
         report = {"benchmark": "compression", "machine": machine,

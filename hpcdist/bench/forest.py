@@ -52,8 +52,13 @@ import os
 import sys
 import time
 
+import numba
 import numpy as np
+from sklearn import ensemble
 
+from ..comm import allreduce, init
+from ..data import DataPartitioner, make_classification
+from ..ml import RandomForestClassifier
 from .common import (add_job_options, load_average, machine_info, package_version,
                      fill_sizes, run_per_rank_count, write_report, merged_report)
 
@@ -113,8 +118,6 @@ def _local_data(ctx, args):
     ``floor((g + 1) * test / n) > floor(g * test / n)``: exactly ``test`` rows,
     spread evenly, so every rank trains on its balanced share.
     """
-    from ..data import DataPartitioner, make_classification
-
     n = args.train + args.test
     X, y = make_classification(n, ctx=ctx, **DATA)
     start, stop = DataPartitioner(n, ctx.size).get_partition(ctx.rank)
@@ -127,11 +130,6 @@ def _checksum(vector):
     return hashlib.sha256(np.ascontiguousarray(vector, dtype=np.float64).tobytes()).hexdigest()
 
 
-def _numba_threads():
-    import numba
-    return numba.get_num_threads()
-
-
 class _Hpcdist:
     name = "hpcdist"
 
@@ -140,7 +138,6 @@ class _Hpcdist:
         self.model = None
 
     def _estimator(self, trees, depth):
-        from ..ml import RandomForestClassifier
         return RandomForestClassifier(trees, max_depth=depth, random_state=0, comm=self.ctx)
 
     def warm_up(self):
@@ -179,8 +176,7 @@ def _baselines(args, data):
     if args.no_baseline:
         return [], {"scikit-learn": "left out (--no-baseline)",
                     "scikit-learn-intelex": "left out (--no-baseline)"}
-    from sklearn.ensemble import RandomForestClassifier
-    cases = [_Sklearn("scikit-learn", RandomForestClassifier, args, data)]
+    cases = [_Sklearn("scikit-learn", ensemble.RandomForestClassifier, args, data)]
     notes = {}
     try:
         from sklearnex.ensemble import RandomForestClassifier as IntelexForest
@@ -193,8 +189,6 @@ def _baselines(args, data):
 
 def _timed(ctx, case):
     """Seconds of one fit: the slowest rank's."""
-    from ..comm.reductions import allreduce
-
     ctx.barrier()
     start = time.perf_counter()
     case.fit()
@@ -204,9 +198,7 @@ def _timed(ctx, case):
 
 def _measure_job(args):
     """Measure at this job's rank count; returns the record on rank 0, else None."""
-    import hpcdist
-
-    ctx = hpcdist.init()
+    ctx = init()
     ctx.check = False
     load_before = load_average()
     X, y, X_test, y_test = _local_data(ctx, args)
@@ -238,13 +230,12 @@ def _measure_job(args):
                 "sklearn" if case.name == "scikit-learn" else "sklearnex")
     forest = ours.model.forest_
     records["hpcdist"].update({
-        "numba_threads_per_rank": _numba_threads(), "nodes": int(forest.n_nodes),
+        "numba_threads_per_rank": numba.get_num_threads(), "nodes": int(forest.n_nodes),
         "mean_depth": float(forest.depths().mean()),
         "forest_sha256": _checksum(ours.model.get_parameters()),
         "communication": {name: {"calls": entry["calls"], "bytes_sent": entry["bytes_sent"]}
                           for name, entry in ctx.stats().items()}})
-    from mpi4py import MPI
-    machine = machine_info(MPI.COMM_WORLD, load_average_before=load_before,
+    machine = machine_info(ctx.comm, load_average_before=load_before,
                            load_average_after=load_average())
     run = {"ranks": ctx.size, "train_rows": args.train, "test_rows": args.test,
            "local_train_rows": int(len(X)), "cases": records, "baseline_notes": notes,

@@ -53,10 +53,17 @@ import os
 import sys
 import time
 
+import numba
 import numpy as np
+from sklearn import cluster
+from threadpoolctl import threadpool_limits
 
-from .common import (add_job_options, fill_sizes, idle_until_all_arrive, load_average,
-                     machine_info, merged_report, pyplot, run_per_rank_count, write_report)
+from ..comm import broadcast, init
+from ..data import make_blobs
+from ..ml import KMeans
+from .common import (add_job_options, blas_threads, fill_sizes, idle_until_all_arrive,
+                     load_average, machine_info, merged_report, pyplot, run_per_rank_count,
+                     write_report)
 
 __all__ = ["main", "DEFAULTS", "QUICK"]
 
@@ -117,16 +124,12 @@ def _cores():
 
 
 def _hpcdist_fit(ctx, X_local, centers, args):
-    from hpcdist.ml import KMeans
-
     model = KMeans(args.clusters, init=centers, max_iter=args.iterations, tol=0.0,
                    comm=ctx).fit(X_local)
     return model.n_iter_, model.inertia_
 
 
 def _sklearn_fit(X, centers, args, module):
-    from threadpoolctl import threadpool_limits
-
     with threadpool_limits(limits=_cores()):
         model = module.KMeans(args.clusters, init=centers, n_init=1, max_iter=args.iterations,
                               tol=0.0, algorithm="lloyd").fit(X)
@@ -156,19 +159,10 @@ def _sgemm_seconds(ctrl, size, repetitions=3):
     return float(np.median(times))
 
 
-def _blas_threads():
-    from threadpoolctl import threadpool_info
-
-    counts = [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
-    return min(counts) if counts else 1
-
-
 # -- one job: measure at this rank count ---------------------------------------------------------
 
 def _whole_data_on_rank_0(ctx, X_local, args):
     """The whole data set on rank 0 (generated there alone), None elsewhere."""
-    from hpcdist.data import make_blobs
-
     if ctx.size == 1:
         return X_local
     solo = ctx.split(ctx.rank)
@@ -200,26 +194,19 @@ def _timed(ctrl, function, root_only=False):
 
 def _measure_job(args):
     """Measure at this job's rank count; returns the record on rank 0, else None."""
-    import numba
-    from mpi4py import MPI
-
-    import hpcdist
-    from hpcdist.data import make_blobs
-
-    ctx = hpcdist.init()
+    ctx = init()
     ctx.check = False
-    ctrl = MPI.COMM_WORLD.Dup()
+    ctrl = ctx.comm.Dup()
     load_before = load_average()
     try:
         X_local, _ = make_blobs(args.samples, args.features, centers=args.clusters,
                                 cluster_std=CLUSTER_STD, random_state=0, ctx=ctx, dtype=DTYPE)
-        centers = hpcdist.broadcast(X_local[:args.clusters].copy() if ctx.rank == 0 else None,
-                                    root=0, ctx=ctx)
+        centers = broadcast(X_local[:args.clusters].copy() if ctx.rank == 0 else None,
+                            root=0, ctx=ctx)
         cases = {"hpcdist": lambda: _hpcdist_fit(ctx, X_local, centers, args)}
         baselines = {}
         if not args.no_baselines:
-            import sklearn.cluster
-            baselines["scikit-learn"] = sklearn.cluster
+            baselines["scikit-learn"] = cluster
             module = _sklearnex_module()
             if module is not None:
                 baselines["sklearnex"] = module
@@ -243,7 +230,7 @@ def _measure_job(args):
         machine_peak = float(sum(ctrl.allgather(sgemm_rank_gflops)))
         run = _run_record(ctx, args, seconds, results, machine_peak, {
             "numba_threads_per_rank": numba.get_num_threads(),
-            "blas_threads_per_rank": _blas_threads(),
+            "blas_threads_per_rank": blas_threads(),
             "baseline_threads": _cores() if baselines else None,
             "sklearnex": ("available" if "sklearnex" in baselines else
                           "not installed (pip install scikit-learn-intelex)")

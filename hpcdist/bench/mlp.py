@@ -76,8 +76,12 @@ import time
 
 import numpy as np
 
-from .common import (add_job_options, init_gloo, load_average, machine_info, pyplot,
-                     fill_sizes, run_per_rank_count, write_report, merged_report)
+from .. import nn
+from ..comm import init
+from ..nn.optim import SGD
+from ..parallel import DDP
+from .common import (add_job_options, blas_threads, init_gloo, load_average, machine_info,
+                     pyplot, fill_sizes, run_per_rank_count, write_report, merged_report)
 
 __all__ = ["main", "LAYER_SIZES"]
 
@@ -167,16 +171,12 @@ class _HpcdistTrainer:
     """hpcdist.DDP over the MLP; ``exposed`` sums ``exposed_communication_seconds``."""
 
     def __init__(self, ctx, bucket_size_mb, x, y):
-        import hpcdist
-        from hpcdist import nn
-        from hpcdist.nn.optim import SGD
-
         layers = []
         for seed, (n_in, n_out) in enumerate(zip(LAYER_SIZES[:-1], LAYER_SIZES[1:])):
             layers += [nn.Linear(n_in, n_out, dtype=DTYPE, random_state=seed), nn.ReLU()]
         layers[0].needs_input_grad = False  # the input is data, as torch knows for its x
         self.model = nn.Sequential(*layers[:-1])
-        self.ddp = hpcdist.DDP(self.model, bucket_size_mb=bucket_size_mb, ctx=ctx)
+        self.ddp = DDP(self.model, bucket_size_mb=bucket_size_mb, ctx=ctx)
         self.optimizer = SGD(self.model.parameters(), lr=LEARNING_RATE)
         self.criterion = nn.CrossEntropyLoss()
         self.x, self.y = x, y
@@ -235,14 +235,6 @@ class _TorchTrainer:
 
 
 # -- one job: measure at this rank count ------------------------------------------------------
-
-def _blas_threads():
-    """Threads of the BLAS NumPy calls (after ``hpcdist.init`` capped them)."""
-    from threadpoolctl import threadpool_info
-
-    counts = [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
-    return min(counts) if counts else 1
-
 
 def _cases(ctx, torch, args, x, y):
     """name -> (trainer, its step method) for every case timed at this rank count."""
@@ -346,16 +338,13 @@ def _run_record(ctx, cases, seconds, exposed, args, extra):
 
 def _measure_job(args):
     """Measure at this job's rank count; returns the record on rank 0, else None."""
-    import hpcdist
-    from mpi4py import MPI
-
-    ctx = hpcdist.init()
+    ctx = init()
     ctx.check = False
-    ctrl = MPI.COMM_WORLD.Dup()
+    ctrl = ctx.comm.Dup()
     if args.batch % ctx.size:
         raise SystemExit(f"hpcdist bench mlp: --batch={args.batch} should be a multiple of "
                          f"the {ctx.size} ranks")
-    threads = _blas_threads()  # before torch loads its own thread pools
+    threads = blas_threads()  # before torch loads its own thread pools
     torch, dist = init_gloo(ctrl, enabled=not args.no_torch)
     if torch is not None:
         torch.set_num_threads(threads)

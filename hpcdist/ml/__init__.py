@@ -4,8 +4,8 @@
 rank; ``score`` is global.
 """
 
-from .kmeans import KMeans
 from .forest import RandomForestClassifier, RandomForestRegressor
+from .kmeans import KMeans
 from .mlp import MLPClassifier, MLPRegressor
 
 __all__ = ["KMeans", "MLPClassifier", "MLPRegressor", "RandomForestClassifier",

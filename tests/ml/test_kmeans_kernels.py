@@ -10,9 +10,16 @@ from numba.core.errors import TypingError
 
 from hpcdist.kernels._arrays import aligned_empty
 from hpcdist.ml.kmeans._simd import _vector_plan, nearest_tile
-from hpcdist.ml.kmeans.kernels import (CHUNK_ROWS, TILE_ROWS, assign, candidate_potentials,
-                                       column_moments, labelled_inertia, lloyd_step,
-                                       row_squared_norms)
+from hpcdist.ml.kmeans.kernels import (
+    CHUNK_ROWS,
+    TILE_ROWS,
+    assign,
+    candidate_potentials,
+    column_moments,
+    labelled_inertia,
+    lloyd_step,
+    row_squared_norms,
+)
 
 DTYPES = (np.float32, np.float64)
 

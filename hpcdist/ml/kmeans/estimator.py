@@ -24,8 +24,15 @@ from .._base import DistributedEstimator
 from .._validation import check_local_data
 from .initialization import Shards, kmeans_parallel, kmeans_plusplus, random_rows
 from .kernels import assign
-from .lloyd import (LloydStart, LloydState, global_mean_variance, lloyd_iteration,
-                    lloyd_labels, run_lloyd, same_clustering)
+from .lloyd import (
+    LloydStart,
+    LloydState,
+    global_mean_variance,
+    lloyd_iteration,
+    lloyd_labels,
+    run_lloyd,
+    same_clustering,
+)
 
 __all__ = ["KMeans"]
 

@@ -73,20 +73,25 @@ import tempfile
 import time
 from pathlib import Path
 
+import h5py
 import numpy as np
 
+from .._hdf5_blocks import h5py_is_parallel
+from ..checkpoint import CheckpointManager, Sharded
 from ..checkpoint.commit import fsync_file, wait_for_deletions
-from .common import (MIB, add_job_options, load_average, machine_info, pyplot,
-                     run_per_rank_count, write_report, merged_report)
+from ..comm import init
+from ..comm.mpi import MPI
+from ..data import DataPartitioner
+from . import common
 
 __all__ = ["main", "parse_size"]
 
-GIB = 1024 * MIB
+GIB = 1024 * common.MIB
 DEFAULT_RANKS = (1, 2)
 DEFAULT_SIZE = GIB
 DEFAULT_REPETITIONS = 5
-QUICK = {"size": 16 * MIB, "repetitions": 2}
-REPLICATED_BYTES = MIB
+QUICK = {"size": 16 * common.MIB, "repetitions": 2}
+REPLICATED_BYTES = common.MIB
 BACKENDS = ("sharded", "mpio")
 TARGET_RATIO = 0.70  # hpcdist save GiB/s over raw h5py's, at least
 TARGET_RANKS = (1, 2)
@@ -102,7 +107,7 @@ def parse_size(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 1G, 256M or 4096")
     scale = 1024 ** " kmgt".index(match.group(2).lower() or " ")
     size = int(float(match.group(1)) * scale)
-    if size < 4 * MIB:
+    if size < 4 * common.MIB:
         raise argparse.ArgumentTypeError(f"{text!r}: the state should be at least 4 MiB")
     return size
 
@@ -134,7 +139,7 @@ def _build_parser():
                              "directory). Use the file system you checkpoint to.")
     parser.add_argument("--quick", action="store_true",
                         help="short run for tests: 16 MiB of state, 2 repetitions")
-    add_job_options(parser, "checkpoint", default_ranks=DEFAULT_RANKS)
+    common.add_job_options(parser, "checkpoint", default_ranks=DEFAULT_RANKS)
     return parser
 
 
@@ -168,9 +173,6 @@ def _values(path, start, stop):
 
 
 def _make_state(ctx, size):
-    from ..checkpoint import Sharded
-    from ..data import DataPartitioner
-
     entries = {}
     for path, count in _layout(size).items():
         start, stop = DataPartitioner(count, ctx.size).get_partition(ctx.rank)
@@ -189,8 +191,6 @@ def _global_arrays(size):
 
 
 def _raw_save(path, arrays, fsync):
-    import h5py
-
     with h5py.File(path, "w") as h5file:
         for name, array in arrays.items():
             h5file.create_dataset(name, data=array)
@@ -199,8 +199,6 @@ def _raw_save(path, arrays, fsync):
 
 
 def _raw_restore(path):
-    import h5py
-
     with h5py.File(path, "r") as h5file:
         return {name: h5file[name][...] for name in ("params", "moments/m", "moments/v", "head")}
 
@@ -209,8 +207,6 @@ class _Cases:
     """Every case of this job as name -> callable; the calls run on every rank."""
 
     def __init__(self, ctx, args, directory, backends):
-        from ..checkpoint import CheckpointManager
-
         self.ctx, self.state = ctx, _make_state(ctx, args.size)
         self.arrays = _global_arrays(args.size) if ctx.rank == 0 else None
         self.directory = directory
@@ -274,8 +270,6 @@ class _Cases:
 
 
 def _time_case(ctrl, call, after=None):
-    from mpi4py import MPI
-
     ctrl.Barrier()
     start = time.perf_counter()
     call()
@@ -329,14 +323,9 @@ def _run_record(ctx, args, seconds, backends, extra):
 
 def _measure_job(args):
     """Measure at this job's rank count; returns the record on rank 0, else None."""
-    import hpcdist
-    from mpi4py import MPI
-
-    from ..checkpoint.hdf5io import h5py_is_parallel
-
-    ctx = hpcdist.init()
+    ctx = init()
     ctx.check = False
-    ctrl = MPI.COMM_WORLD.Dup()
+    ctrl = ctx.comm.Dup()
     parallel = h5py_is_parallel()
     backends = [b for b in args.backends if b != "mpio" or parallel]
     left_out = [b for b in args.backends if b not in backends]
@@ -347,16 +336,16 @@ def _measure_job(args):
             os.makedirs(base, exist_ok=True)
         directory = tempfile.mkdtemp(prefix="hpcdist-bench-checkpoint-", dir=base)
     directory = ctrl.bcast(directory, root=0)
-    load_before = load_average()
+    load_before = common.load_average()
     try:
         cases = _Cases(ctx, args, directory, backends)
         seconds = _measure(ctrl, cases, args.repetitions)
         extra = {"directory": directory, "h5py_parallel": parallel,
                  "left_out": {b: "h5py is not parallel (h5py.get_config().mpi is False)"
                               for b in left_out},
-                 "machine": machine_info(ctrl, h5py=_h5py_version(),
-                                         load_average_before=load_before,
-                                         load_average_after=load_average())}
+                 "machine": common.machine_info(ctrl, h5py=_h5py_version(),
+                                                load_average_before=load_before,
+                                                load_average_after=common.load_average())}
         run = _run_record(ctx, args, seconds, backends, extra)
     finally:
         ctrl.Barrier()
@@ -367,8 +356,6 @@ def _measure_job(args):
 
 
 def _h5py_version():
-    import h5py
-
     return f"{h5py.__version__} (HDF5 {h5py.version.hdf5_version}, mpi={h5py.get_config().mpi})"
 
 
@@ -377,7 +364,7 @@ def _h5py_version():
 # -- report -----------------------------------------------------------------------------------
 
 def _size_text(size):
-    return f"{size / GIB:g} GiB" if size >= GIB else f"{size / MIB:g} MiB"
+    return f"{size / GIB:g} GiB" if size >= GIB else f"{size / common.MIB:g} MiB"
 
 
 def _run_text(run):
@@ -438,7 +425,7 @@ def _settings(args):
 
 def _plot(report, path):
     """GiB/s per case and rank count; False without matplotlib."""
-    plt = pyplot()
+    plt = common.pyplot()
     if plt is None:
         return False
     runs = report["runs"]
@@ -469,8 +456,8 @@ def _plot(report, path):
 def _write_report(runs, args):
     summary = _summarize(runs, args)
     print(_summary_text(summary), flush=True)
-    report = merged_report("checkpoint", runs, _settings(args), summary)
-    write_report(report, args.output_dir, args.name, plot=None if args.no_plot else _plot)
+    report = common.merged_report("checkpoint", runs, _settings(args), summary)
+    common.write_report(report, args.output_dir, args.name, plot=None if args.no_plot else _plot)
 
 
 # -- main -------------------------------------------------------------------------------------
@@ -480,9 +467,9 @@ def main(argv=None):
     returns the exit status. See the module docstring."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parse_args(argv)
-    return run_per_rank_count(argv, args, module="hpcdist.bench.checkpoint",
-                              title="hpcdist checkpoint benchmark", measure_job=_measure_job,
-                              describe=lambda run, runs: _run_text(run), write=_write_report)
+    return common.run_per_rank_count(argv, args, module="hpcdist.bench.checkpoint",
+                                     title="hpcdist checkpoint benchmark", measure_job=_measure_job,
+                                     describe=lambda run, runs: _run_text(run), write=_write_report)
 
 
 if __name__ == "__main__":

@@ -77,8 +77,16 @@ import numpy as np
 
 from ..comm import allgather, allreduce, broadcast, init
 from ..comm.mpi import MPI
-from .common import (KIB, MIB, format_size, init_gloo, load_average, machine_info, pyplot,
-                     write_report)
+from .common import (
+    KIB,
+    MIB,
+    format_size,
+    init_gloo,
+    load_average,
+    machine_info,
+    pyplot,
+    write_report,
+)
 
 __all__ = ["main", "OPERATIONS"]
 

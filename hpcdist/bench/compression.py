@@ -35,11 +35,30 @@ from ml_dtypes import bfloat16
 
 from ..comm import allreduce, init
 from ..comm.mpi import MPI
-from ..compression import (BF16Compressor, ErrorFeedback, FP16Compressor, NoCompression,
-                           PowerSGDCompressor, QSGDCompressor, RandomKCompressor,
-                           SignCompressor, TopKCompressor, compressed_allreduce)
-from ..kernels import (error_feedback_update, int8_quantize, qsgd_quantize, randomk_indices,
-                       scale_add, scatter_add, sign_pack, to_half, topk, topk_threshold)
+from ..compression import (
+    BF16Compressor,
+    ErrorFeedback,
+    FP16Compressor,
+    NoCompression,
+    PowerSGDCompressor,
+    QSGDCompressor,
+    RandomKCompressor,
+    SignCompressor,
+    TopKCompressor,
+    compressed_allreduce,
+)
+from ..kernels import (
+    error_feedback_update,
+    int8_quantize,
+    qsgd_quantize,
+    randomk_indices,
+    scale_add,
+    scatter_add,
+    sign_pack,
+    to_half,
+    topk,
+    topk_threshold,
+)
 from .common import idle_until_all_arrive, machine_info, median_seconds
 
 __all__ = ["main"]

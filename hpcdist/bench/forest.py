@@ -59,8 +59,7 @@ from sklearn import ensemble
 from ..comm import allreduce, init
 from ..data import DataPartitioner, make_classification
 from ..ml import RandomForestClassifier
-from .common import (add_job_options, load_average, machine_info, package_version,
-                     fill_sizes, run_per_rank_count, write_report, merged_report)
+from . import common
 
 __all__ = ["main", "DATA", "TARGET_SPEEDUP", "TARGET_ACCURACY_GAP"]
 
@@ -98,14 +97,14 @@ def _build_parser():
                         help="tiny run for tests: 4,000 rows, 8 trees of depth 8, 1 repetition")
     parser.add_argument("--no-baseline", action="store_true",
                         help="leave scikit-learn and scikit-learn-intelex out")
-    add_job_options(parser, "forest", default_ranks=DEFAULT_RANKS, plot=False)
+    common.add_job_options(parser, "forest", default_ranks=DEFAULT_RANKS, plot=False)
     return parser
 
 
 def _parse_args(argv):
     parser = _build_parser()
     args = parser.parse_args(argv)
-    fill_sizes(parser, args, DEFAULTS, QUICK, minimums={"baseline_repetitions": 0})
+    common.fill_sizes(parser, args, DEFAULTS, QUICK, minimums={"baseline_repetitions": 0})
     return args
 
 
@@ -200,7 +199,7 @@ def _measure_job(args):
     """Measure at this job's rank count; returns the record on rank 0, else None."""
     ctx = init()
     ctx.check = False
-    load_before = load_average()
+    load_before = common.load_average()
     X, y, X_test, y_test = _local_data(ctx, args)
     ours = _Hpcdist(ctx, args, (X, y, X_test, y_test))
     cases, notes = [ours], {}
@@ -226,7 +225,7 @@ def _measure_job(args):
                               "accuracy": case.accuracy()}
         if case is not ours:
             records[case.name]["n_jobs"] = case.n_jobs
-            records[case.name]["version"] = package_version(
+            records[case.name]["version"] = common.package_version(
                 "sklearn" if case.name == "scikit-learn" else "sklearnex")
     forest = ours.model.forest_
     records["hpcdist"].update({
@@ -235,8 +234,8 @@ def _measure_job(args):
         "forest_sha256": _checksum(ours.model.get_parameters()),
         "communication": {name: {"calls": entry["calls"], "bytes_sent": entry["bytes_sent"]}
                           for name, entry in ctx.stats().items()}})
-    machine = machine_info(ctx.comm, load_average_before=load_before,
-                           load_average_after=load_average())
+    machine = common.machine_info(ctx.comm, load_average_before=load_before,
+                                  load_average_after=common.load_average())
     run = {"ranks": ctx.size, "train_rows": args.train, "test_rows": args.test,
            "local_train_rows": int(len(X)), "cases": records, "baseline_notes": notes,
            "machine": machine}
@@ -343,9 +342,9 @@ def _settings(args):
 def _write_report(runs, args):
     summary, comparisons, identical = _summarize(runs)
     print(_summary_text(summary, comparisons, identical), flush=True)
-    report = merged_report("forest", runs, _settings(args), summary, comparisons=comparisons,
-                           forest_identical_across_rank_counts=identical)
-    write_report(report, args.output_dir, args.name)
+    report = common.merged_report("forest", runs, _settings(args), summary, comparisons=comparisons,
+                                  forest_identical_across_rank_counts=identical)
+    common.write_report(report, args.output_dir, args.name)
 
 
 # -- main -------------------------------------------------------------------------------------
@@ -355,9 +354,11 @@ def main(argv=None):
     returns the exit status. See the module docstring."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parse_args(argv)
-    return run_per_rank_count(argv, args, module="hpcdist.bench.forest",
-                              title="hpcdist random forest benchmark", measure_job=_measure_job,
-                              describe=lambda run, runs: _run_text(run), write=_write_report)
+    return common.run_per_rank_count(argv, args, module="hpcdist.bench.forest",
+                                     title="hpcdist random forest benchmark",
+                                     measure_job=_measure_job,
+                                     describe=lambda run, runs: _run_text(run),
+                                     write=_write_report)
 
 
 if __name__ == "__main__":

@@ -61,9 +61,7 @@ from threadpoolctl import threadpool_limits
 from ..comm import broadcast, init
 from ..data import make_blobs
 from ..ml import KMeans
-from .common import (add_job_options, blas_threads, fill_sizes, idle_until_all_arrive,
-                     load_average, machine_info, merged_report, pyplot, run_per_rank_count,
-                     write_report)
+from . import common
 
 __all__ = ["main", "DEFAULTS", "QUICK"]
 
@@ -100,14 +98,14 @@ def _build_parser():
                              + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
     parser.add_argument("--no-baselines", action="store_true",
                         help="time hpcdist only (no scikit-learn, no sklearnex)")
-    add_job_options(parser, "kmeans", default_ranks=DEFAULT_RANKS, plot=True)
+    common.add_job_options(parser, "kmeans", default_ranks=DEFAULT_RANKS, plot=True)
     return parser
 
 
 def _parse_args(argv):
     parser = _build_parser()
     args = parser.parse_args(argv)
-    fill_sizes(parser, args, DEFAULTS, QUICK)
+    common.fill_sizes(parser, args, DEFAULTS, QUICK)
     if args.samples < args.clusters * max(args.ranks):
         parser.error(f"--samples={args.samples} should be at least --clusters x ranks "
                      f"({args.clusters} x {max(args.ranks)})")
@@ -187,7 +185,7 @@ def _timed(ctrl, function, root_only=False):
         result = function()
     elapsed = time.perf_counter() - start
     if root_only:
-        idle_until_all_arrive(ctrl)
+        common.idle_until_all_arrive(ctrl)
         result = ctrl.bcast(result, root=0)
     return max(ctrl.allgather(elapsed)), result
 
@@ -197,7 +195,7 @@ def _measure_job(args):
     ctx = init()
     ctx.check = False
     ctrl = ctx.comm.Dup()
-    load_before = load_average()
+    load_before = common.load_average()
     try:
         X_local, _ = make_blobs(args.samples, args.features, centers=args.clusters,
                                 cluster_std=CLUSTER_STD, random_state=0, ctx=ctx, dtype=DTYPE)
@@ -230,14 +228,14 @@ def _measure_job(args):
         machine_peak = float(sum(ctrl.allgather(sgemm_rank_gflops)))
         run = _run_record(ctx, args, seconds, results, machine_peak, {
             "numba_threads_per_rank": numba.get_num_threads(),
-            "blas_threads_per_rank": blas_threads(),
+            "blas_threads_per_rank": common.blas_threads(),
             "baseline_threads": _cores() if baselines else None,
             "sklearnex": ("available" if "sklearnex" in baselines else
                           "not installed (pip install scikit-learn-intelex)")
             if not args.no_baselines else "left out (--no-baselines)",
             "sgemm_seconds": sgemm,
-            "machine": machine_info(ctrl, load_average_before=load_before,
-                                    load_average_after=load_average()),
+            "machine": common.machine_info(ctrl, load_average_before=load_before,
+                                           load_average_after=common.load_average()),
         })
     finally:
         ctrl.Free()
@@ -352,7 +350,7 @@ def _settings(args):
 
 
 def _plot(report, path):
-    plt = pyplot()
+    plt = common.pyplot()
     if plt is None:
         return False
     labels, values = [], []
@@ -378,9 +376,9 @@ def _plot(report, path):
 def _write_report(runs, args):
     summary, agreement = _summarize(runs)
     print(_summary_text(summary, agreement), flush=True)
-    report = merged_report("kmeans", runs, _settings(args), summary,
-                           agreement_with_sklearn=agreement)
-    write_report(report, args.output_dir, args.name, plot=None if args.no_plot else _plot)
+    report = common.merged_report("kmeans", runs, _settings(args), summary,
+                                  agreement_with_sklearn=agreement)
+    common.write_report(report, args.output_dir, args.name, plot=None if args.no_plot else _plot)
 
 
 # -- main -------------------------------------------------------------------------------------
@@ -390,9 +388,9 @@ def main(argv=None):
     returns the exit status. See the module docstring."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parse_args(argv)
-    return run_per_rank_count(argv, args, module="hpcdist.bench.kmeans",
-                              title="hpcdist K-means benchmark", measure_job=_measure_job,
-                              describe=_run_text, write=_write_report)
+    return common.run_per_rank_count(argv, args, module="hpcdist.bench.kmeans",
+                                     title="hpcdist K-means benchmark", measure_job=_measure_job,
+                                     describe=_run_text, write=_write_report)
 
 
 if __name__ == "__main__":

@@ -80,8 +80,7 @@ from .. import nn
 from ..comm import init
 from ..nn.optim import SGD
 from ..parallel import DDP
-from .common import (add_job_options, blas_threads, init_gloo, load_average, machine_info,
-                     pyplot, fill_sizes, run_per_rank_count, write_report, merged_report)
+from . import common
 
 __all__ = ["main", "LAYER_SIZES"]
 
@@ -141,15 +140,15 @@ def _build_parser():
                              f"{QUICK['steps']} steps, {QUICK['repetitions']} repetitions")
     parser.add_argument("--no-torch", action="store_true",
                         help="leave torch DDP out even when torch is importable")
-    add_job_options(parser, "mlp", default_ranks=DEFAULT_RANKS, plot=True)
+    common.add_job_options(parser, "mlp", default_ranks=DEFAULT_RANKS, plot=True)
     return parser
 
 
 def _parse_args(argv):
     parser = _build_parser()
     args = parser.parse_args(argv)
-    fill_sizes(parser, args, {"batch": DEFAULT_BATCH, "steps": DEFAULT_STEPS,
-                              "repetitions": DEFAULT_REPETITIONS}, QUICK)
+    common.fill_sizes(parser, args, {"batch": DEFAULT_BATCH, "steps": DEFAULT_STEPS,
+                                     "repetitions": DEFAULT_REPETITIONS}, QUICK)
     args.warmup = QUICK["warmup"] if args.quick else WARMUP_STEPS
     if not args.bucket_size_mb >= 0 or math.isinf(args.bucket_size_mb):
         parser.error(f"--bucket-size-mb={args.bucket_size_mb} should be finite and >= 0 "
@@ -344,11 +343,11 @@ def _measure_job(args):
     if args.batch % ctx.size:
         raise SystemExit(f"hpcdist bench mlp: --batch={args.batch} should be a multiple of "
                          f"the {ctx.size} ranks")
-    threads = blas_threads()  # before torch loads its own thread pools
-    torch, dist = init_gloo(ctrl, enabled=not args.no_torch)
+    threads = common.blas_threads()  # before torch loads its own thread pools
+    torch, dist = common.init_gloo(ctrl, enabled=not args.no_torch)
     if torch is not None:
         torch.set_num_threads(threads)
-    load_before = load_average()
+    load_before = common.load_average()
     try:
         rng = np.random.default_rng(1000 + ctx.rank)
         local = args.batch // ctx.size
@@ -362,8 +361,8 @@ def _measure_job(args):
                       {"available": False, "note": "left out (--no-torch)" if args.no_torch
                        else "torch.distributed with gloo is not importable: no baseline"})
         extra = {"blas_threads_per_rank": threads, "torch": torch_note,
-                 "machine": machine_info(ctrl, load_average_before=load_before,
-                                         load_average_after=load_average())}
+                 "machine": common.machine_info(ctrl, load_average_before=load_before,
+                                                load_average_after=common.load_average())}
         run = _run_record(ctx, cases, seconds, exposed, args, extra)
     finally:
         if dist is not None:
@@ -455,7 +454,7 @@ def _settings(args):
 
 def _plot(report, path):
     """Samples/s per rank count, and the bucket sweep; False without matplotlib."""
-    plt = pyplot()
+    plt = common.pyplot()
     if plt is None:
         return False
     runs = report["runs"]
@@ -499,8 +498,8 @@ def _write_report(runs, args):
     """Print the summary and write the JSON (and the plot) of the runs by rank count."""
     summary = _summarize(runs)
     print(_summary_text(summary), flush=True)
-    report = merged_report("mlp", runs, _settings(args), summary)
-    write_report(report, args.output_dir, args.name, plot=None if args.no_plot else _plot)
+    report = common.merged_report("mlp", runs, _settings(args), summary)
+    common.write_report(report, args.output_dir, args.name, plot=None if args.no_plot else _plot)
 
 
 # -- main -------------------------------------------------------------------------------------
@@ -510,9 +509,9 @@ def main(argv=None):
     returns the exit status. See the module docstring."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parse_args(argv)
-    return run_per_rank_count(argv, args, module="hpcdist.bench.mlp",
-                              title="hpcdist MLP benchmark", measure_job=_measure_job,
-                              describe=lambda run, runs: _run_text(run), write=_write_report)
+    return common.run_per_rank_count(argv, args, module="hpcdist.bench.mlp",
+                                     title="hpcdist MLP benchmark", measure_job=_measure_job,
+                                     describe=lambda run, runs: _run_text(run), write=_write_report)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ import signal
 
 import pytest
 
-from hpcdist._preemption import EXIT_RESUME, PreemptionHandler, Preempted
+from hpcdist._preemption import EXIT_RESUME, Preempted, PreemptionHandler
 from tests.helpers import assert_on_all_ranks
 
 

@@ -18,8 +18,7 @@ from sklearn import cluster, ensemble, neural_network
 from ..checkpoint import CheckpointManager
 from ..comm import allgather, allreduce, gather, init
 from ..data import load_digits, load_hdf5, make_blobs, make_classification
-from ..ml import (KMeans, MLPClassifier, MLPRegressor, RandomForestClassifier,
-                  RandomForestRegressor)
+from ..ml import KMeans, MLPClassifier, MLPRegressor, RandomForestClassifier, RandomForestRegressor
 
 __all__ = ["MODELS", "add_train_parser", "run_train"]
 

@@ -7,7 +7,7 @@ rank to export ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and report how it ended;
 code 75 at the next step boundary, on every rank at the same step.
 """
 
-from .._preemption import EXIT_RESUME, PreemptionHandler, Preempted
+from .._preemption import EXIT_RESUME, Preempted, PreemptionHandler
 from .runner import RunResult, build_command, run_job
 
 __all__ = ["run_job", "build_command", "RunResult", "EXIT_RESUME", "PreemptionHandler",

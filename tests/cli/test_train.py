@@ -3,8 +3,11 @@ import json
 import subprocess
 import sys
 
+import h5py
 import pytest
 
+from hpcdist.cli.summary import main as summary_main
+from hpcdist.data import make_classification
 from tests.helpers import mpiexec_path, subprocess_env
 
 HPCDIST = [sys.executable, "-m", "hpcdist.cli.main"]
@@ -50,10 +53,8 @@ def test_bad_options_are_clear(tmp_path, args, message):
     assert message in done.stderr and "usage: hpcdist" in done.stderr
 
 
-def test_hdf5_data_each_rank_reads_its_rows_and_missing_names_are_clear(tmp_path):
-    import h5py
-    from hpcdist.data import make_classification
-    X, y = make_classification(500, 6, 3, random_state=0, ctx=_one_rank())
+def test_hdf5_data_each_rank_reads_its_rows_and_missing_names_are_clear(tmp_path, ctx):
+    X, y = make_classification(500, 6, 3, random_state=0, ctx=ctx)  # one rank: all rows
     path = tmp_path / "data.h5"
     with h5py.File(path, "w") as handle:
         handle["X"], handle["y"] = X, y
@@ -69,12 +70,8 @@ def test_hdf5_data_each_rank_reads_its_rows_and_missing_names_are_clear(tmp_path
     missing_dataset = _train(["mlp", "--data", str(path), "--x", "Z", "--y", "y"], tmp_path,
                              n=2)
     assert missing_dataset.returncode == 2
-    assert "no such dataset at 'Z'" in missing_dataset.stderr and "'X', 'y'" in missing_dataset.stderr
-
-
-def _one_rank():
-    from types import SimpleNamespace
-    return SimpleNamespace(rank=0, size=1)
+    assert "no such dataset at 'Z'" in missing_dataset.stderr
+    assert "'X', 'y'" in missing_dataset.stderr
 
 
 def test_help_documents_every_option_with_its_default(tmp_path):
@@ -88,7 +85,6 @@ def test_help_documents_every_option_with_its_default(tmp_path):
 
 
 def test_summary_table_puts_hpcdist_next_to_sklearn(tmp_path, capsys):
-    from hpcdist.cli.summary import main
     reports = [
         {"model": "mlp", "estimator": "MLPClassifier", "ranks": 2, "seconds": 0.5,
          "test_accuracy": 0.9777, "sklearn": {"seconds": 0.25, "test_accuracy": 0.9733}},
@@ -100,7 +96,7 @@ def test_summary_table_puts_hpcdist_next_to_sklearn(tmp_path, capsys):
         path = tmp_path / f"{index}.json"
         path.write_text(json.dumps(report))
         paths.append(str(path))
-    assert main(paths) == 0
+    assert summary_main(paths) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["model", "estimator", "ranks", "metric", "hpcdist", "seconds",
                                 "scikit-learn", "seconds"]

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from hpcdist import _preemption
-from hpcdist.launch import EXIT_RESUME, PreemptionHandler, Preempted, build_command
+from hpcdist.launch import EXIT_RESUME, Preempted, PreemptionHandler, build_command
 from hpcdist.launch.rank_wrapper import describe_status
 from tests.helpers import subprocess_env
 

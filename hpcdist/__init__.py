@@ -13,12 +13,41 @@ Examples
 """
 
 from ._version import __version__
-from .comm import (ANY_SOURCE, ANY_TAG, Context, ReduceOp, Request, allgather, allgather_object,
-                   allreduce, allreduce_object, alltoall, barrier, broadcast, broadcast_object,
-                   finalize, gather, gather_object, get_context, get_local_rank, get_rank,
-                   get_world_size, iallgather, iallreduce, ibroadcast, init, irecv,
-                   is_main_process, isend, recv, reduce, reduce_scatter, scatter, send,
-                   timeline)
+from .comm import (
+                   ANY_SOURCE,
+                   ANY_TAG,
+                   Context,
+                   ReduceOp,
+                   Request,
+                   allgather,
+                   allgather_object,
+                   allreduce,
+                   allreduce_object,
+                   alltoall,
+                   barrier,
+                   broadcast,
+                   broadcast_object,
+                   finalize,
+                   gather,
+                   gather_object,
+                   get_context,
+                   get_local_rank,
+                   get_rank,
+                   get_world_size,
+                   iallgather,
+                   iallreduce,
+                   ibroadcast,
+                   init,
+                   irecv,
+                   is_main_process,
+                   isend,
+                   recv,
+                   reduce,
+                   reduce_scatter,
+                   scatter,
+                   send,
+                   timeline,
+)
 from .exceptions import CollectiveMismatchError, HpcdistError, StallError
 from .parallel import DDP, DistributedDataParallel
 

@@ -40,7 +40,8 @@ def validate_counts(counts, parts, total, name):
     try:
         counts = [int(c) for c in counts]
     except (TypeError, ValueError):
-        raise ValueError(f"{name}: counts={counts!r} should be a sequence of {parts} integers") from None
+        raise ValueError(f"{name}: counts={counts!r} should be a sequence of {parts} "
+                         f"integers") from None
     if len(counts) != parts or min(counts) < 0:
         raise ValueError(f"{name}: counts={counts} should be {parts} non-negative integers "
                          f"(one per rank)")

@@ -7,13 +7,39 @@ first communication.
 """
 
 from . import devices
-from .collectives import (allgather, allgather_object, allreduce, allreduce_object, alltoall,
-                          broadcast, broadcast_object, gather, gather_object, iallgather,
-                          iallreduce, ibroadcast, irecv, isend, recv, reduce, reduce_scatter,
-                          scatter, send)
+from .collectives import (
+                          allgather,
+                          allgather_object,
+                          allreduce,
+                          allreduce_object,
+                          alltoall,
+                          broadcast,
+                          broadcast_object,
+                          gather,
+                          gather_object,
+                          iallgather,
+                          iallreduce,
+                          ibroadcast,
+                          irecv,
+                          isend,
+                          recv,
+                          reduce,
+                          reduce_scatter,
+                          scatter,
+                          send,
+)
 from .context import Context
-from .default import (barrier, finalize, get_context, get_local_rank, get_rank, get_world_size,
-                      init, is_main_process, resolve_context)
+from .default import (
+                          barrier,
+                          finalize,
+                          get_context,
+                          get_local_rank,
+                          get_rank,
+                          get_world_size,
+                          init,
+                          is_main_process,
+                          resolve_context,
+)
 from .ops import ReduceOp
 from .p2p import ANY_SOURCE, ANY_TAG
 from .requests import Request

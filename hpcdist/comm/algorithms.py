@@ -8,11 +8,11 @@ floats included) works the same way.
 """
 
 import numpy as np
-from .mpi import MPI
 
-from .buffers import mpi_buffer
-from .ops import local_reducer, mpi_op
 from .._partition import balanced_counts, offsets_of
+from .buffers import mpi_buffer
+from .mpi import MPI
+from .ops import local_reducer, mpi_op
 
 __all__ = ["ALGORITHMS", "ring_allreduce", "tree_allreduce", "hierarchical_allreduce"]
 
@@ -83,7 +83,8 @@ def tree_allreduce(ctx, data, result, op):
     mask = 1
     while mask < power:
         partner_virtual = virtual ^ mask
-        partner = partner_virtual * 2 + 1 if partner_virtual < remainder else partner_virtual + remainder
+        partner = (partner_virtual * 2 + 1 if partner_virtual < remainder
+                   else partner_virtual + remainder)
         comm.Sendrecv(_as_bytes(flat), partner, _TAG, _as_bytes(incoming), partner, _TAG)
         reducer(incoming, flat, out=flat)
         mask <<= 1
@@ -103,7 +104,8 @@ def hierarchical_allreduce(ctx, data, result, op):
     is_leader = topology.local_rank == 0
     if topology.local_size > 1:
         send = MPI.IN_PLACE if (is_leader and result is data) else mpi_buffer(data)
-        topology.node_comm.Reduce(send, mpi_buffer(result) if is_leader else None, datatype_op, root=0)
+        topology.node_comm.Reduce(send, mpi_buffer(result) if is_leader else None, datatype_op,
+                                  root=0)
     elif result is not data:
         result[...] = data
     if is_leader and topology.num_nodes > 1:

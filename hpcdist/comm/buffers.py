@@ -171,7 +171,8 @@ def output_for(payload, x, out, name):
                          f"pass an out of the same shape and dtype")
     if payload.kind == HOST:
         if not isinstance(out, np.ndarray):
-            raise TypeError(f"{name}: out must be a NumPy array like the input, got {type(out).__name__}")
+            raise TypeError(f"{name}: out must be a NumPy array like the input, got "
+                            f"{type(out).__name__}")
         if not out.flags.c_contiguous:
             return np.empty_like(data), False
         return out, out is x

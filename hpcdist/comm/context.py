@@ -208,7 +208,8 @@ class Context:
         self._children.clear()
         self._topology.free()
         for comm in {id(self._private_comm): self._private_comm, id(self.comm): self.comm}.values():
-            if comm not in (MPI.COMM_NULL, MPI.COMM_WORLD, MPI.COMM_SELF) and not MPI.Is_finalized():
+            predefined = comm in (MPI.COMM_NULL, MPI.COMM_WORLD, MPI.COMM_SELF)
+            if not predefined and not MPI.Is_finalized():
                 comm.Free()
         self.staging.clear()
 

@@ -229,12 +229,14 @@ def select_device(device, local_rank):
         The device name and the array module (numpy or cupy).
     """
     if not isinstance(device, str):
-        raise TypeError(f"device must be a string such as 'auto', 'cpu' or 'cuda:0', got {device!r}")
+        raise TypeError(f"device must be a string such as 'auto', 'cpu' or 'cuda:0', "
+                        f"got {device!r}")
     name = device.strip().lower()
     if name == "cpu":
         return "cpu", np
     if name not in ("auto", "cuda") and not name.startswith("cuda:"):
-        raise ValueError(f"device={device!r} is not understood; use 'auto', 'cpu', 'cuda' or 'cuda:N'")
+        raise ValueError(f"device={device!r} is not understood; use 'auto', 'cpu', 'cuda' "
+                         f"or 'cuda:N'")
     n_gpus = _gpu_count()
     if n_gpus == 0:
         if name == "auto":
@@ -243,7 +245,8 @@ def select_device(device, local_rank):
                          f"install hpcdist[gpu] on a GPU node or use device='cpu'")
     index = local_rank % n_gpus if name in ("auto", "cuda") else int(name.split(":", 1)[1])
     if not 0 <= index < n_gpus:
-        raise ValueError(f"device={device!r}: only {n_gpus} GPU(s) visible (cuda:0..cuda:{n_gpus - 1})")
+        raise ValueError(f"device={device!r}: only {n_gpus} GPU(s) visible "
+                         f"(cuda:0..cuda:{n_gpus - 1})")
     import cupy
     cupy.cuda.Device(index).use()
     _register_cupy_once()

@@ -2,15 +2,26 @@
 
 import math
 from time import perf_counter as _perf_counter
+
 import numpy as np
 
-from .buffers import (_DIRECT_TYPES, DEVICE_DIRECT, DEVICE_STAGED, HOST, NP_SCALAR, PY_SCALAR,
-                      Payload, describe, mpi_buffer, wrap)
+from .._partition import balanced_counts, offsets_of, validate_counts
+from .buffers import (
+    _DIRECT_TYPES,
+    DEVICE_DIRECT,
+    DEVICE_STAGED,
+    HOST,
+    NP_SCALAR,
+    PY_SCALAR,
+    Payload,
+    describe,
+    mpi_buffer,
+    wrap,
+)
 from .checks import agree, format_ranks
 from .devices import backend_of
 from .dtypes import dtype_code, dtype_from_code
 from .headers import BAD_INPUT, HEADER_BYTES, MAX_DIMS, NO_INPUT, OK, pack_header, unpack_header
-from .._partition import balanced_counts, offsets_of, validate_counts
 from .reductions import check_root
 
 __all__ = ["broadcast", "allgather", "gather", "scatter", "alltoall"]
@@ -192,7 +203,8 @@ def _hand_back(buffer, target, kind, scalar_type, ctx):
         return scalar_type(buffer[()].item())
     if kind == NP_SCALAR:
         return buffer[()]
-    if kind not in (HOST, PY_SCALAR, NP_SCALAR) and ctx.xp is not np and isinstance(buffer, np.ndarray):
+    if (kind not in (HOST, PY_SCALAR, NP_SCALAR) and ctx.xp is not np
+            and isinstance(buffer, np.ndarray)):
         return ctx.xp.asarray(buffer)  # the root sent a device array: so do we
     return buffer
 
@@ -209,7 +221,8 @@ def _broadcast_receive(x, root, ctx):
         # the common case, kept short: the data broadcast follows the header at once
         if inline:
             if x.nbytes and x.dtype in _DIRECT_TYPES:
-                memoryview(x).cast("B")[:] = ctx._packet_view[_HEADER_BYTES:_HEADER_BYTES + x.nbytes]
+                inline = ctx._packet_view[_HEADER_BYTES:_HEADER_BYTES + x.nbytes]
+                memoryview(x).cast("B")[:] = inline
             elif x.nbytes:  # bfloat16 has no buffer-protocol format: copy through NumPy
                 x.reshape(-1).view(np.uint8)[...] = packet[_HEADER_BYTES:_HEADER_BYTES + x.nbytes]
         else:

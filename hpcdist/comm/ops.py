@@ -3,9 +3,9 @@
 import enum
 
 import numpy as np
-from .mpi import MPI
 
 from .dtypes import is_sixteen_bit_float
+from .mpi import MPI
 from .sixteen_bit_floats import half_sum_into
 
 __all__ = ["ReduceOp", "parse_op", "predefined_op", "mpi_op", "local_reducer", "check_op_for_dtype"]
@@ -64,7 +64,8 @@ def parse_op(op):
 
 
 def check_op_for_dtype(op, dtype):
-    """Raise ``TypeError`` when reduction ``op`` (a :func:`parse_op` name) has no meaning for ``dtype``."""
+    """Raise ``TypeError`` when reduction ``op`` (a :func:`parse_op` name) has no meaning
+    for ``dtype``."""
     kind = dtype.kind
     if op == "mean" and kind in "biu":
         raise TypeError(f"op='mean' is not defined for {dtype} (the mean of integers or "
@@ -98,7 +99,8 @@ def local_reducer(op, dtype):
 def mpi_op(op, dtype):
     """The MPI operation that reduces ``dtype`` the way ``op`` does.
 
-    ``op`` is a name returned by :func:`parse_op`. ``"mean"`` maps to a sum; the caller divides by the number of ranks.
+    ``op`` is a name returned by :func:`parse_op`. ``"mean"`` maps to a sum; the caller
+    divides by the number of ranks.
     16-bit floats get user-defined operations that compute in floating
     point.
 

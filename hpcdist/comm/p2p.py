@@ -7,13 +7,14 @@ receiver's buffer.
 """
 
 import math
+
 import numpy as np
-from .mpi import MPI
 
 from .buffers import mpi_buffer, wrap
 from .devices import backend_of
 from .headers import HEADER_BYTES, OK, pack_header, unpack_header
 from .movement import _hand_back, _receive_buffer
+from .mpi import MPI
 from .requests import Request
 
 __all__ = ["send", "recv", "isend", "irecv", "ANY_SOURCE", "ANY_TAG"]

@@ -2,15 +2,16 @@
 
 import math
 from time import perf_counter as _perf_counter
-import numpy as np
-from .mpi import MPI
 
+import numpy as np
+
+from .._partition import balanced_counts, validate_counts
 from .algorithms import ALGORITHMS
 from .buffers import DEVICE_DIRECT, HOST, describe, mpi_buffer, output_for, wrap
 from .checks import agree
 from .dtypes import is_sixteen_bit_float
+from .mpi import MPI
 from .ops import mpi_op, parse_op
-from .._partition import balanced_counts, validate_counts
 
 __all__ = ["allreduce", "reduce", "reduce_scatter", "check_root"]
 

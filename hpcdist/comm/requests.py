@@ -5,12 +5,18 @@ import threading
 import time
 
 import numpy as np
-from .mpi import MPI
 
-from .buffers import mpi_buffer, output_for, wrap, describe
+from .buffers import describe, mpi_buffer, output_for, wrap
 from .checks import agree
-from .movement import (_describe_except, _exchange_rows, _from_rows, _rows_first, _vector_spec,
-                       broadcast)
+from .movement import (
+    _describe_except,
+    _exchange_rows,
+    _from_rows,
+    _rows_first,
+    _vector_spec,
+    broadcast,
+)
+from .mpi import MPI
 from .ops import mpi_op, parse_op
 from .reductions import _divide_for_mean, check_root
 

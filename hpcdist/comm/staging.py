@@ -1,6 +1,7 @@
 """Reusable page-locked host buffers for staging device arrays through MPI."""
 
 import math
+
 import numpy as np
 
 __all__ = ["StagingPool"]

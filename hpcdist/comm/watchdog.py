@@ -15,10 +15,10 @@ import time
 import weakref
 
 import numpy as np
-from .mpi import MPI
 
 from .abort import abort_job
 from .checks import format_ranks
+from .mpi import MPI
 
 __all__ = ["Watchdog", "stall_timeout_from_env", "running_watchdog", "start_watchdog",
            "stop_watchdog"]
@@ -130,7 +130,8 @@ class Watchdog:
         while len(replies) < len(others) and time.monotonic() < deadline:
             status = MPI.Status()
             if self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_REPLY, status=status):
-                replies[status.Get_source()] = self.comm.recv(source=status.Get_source(), tag=_REPLY)
+                source = status.Get_source()
+                replies[source] = self.comm.recv(source=source, tag=_REPLY)
             else:
                 self._answer_queries()  # another stalled rank may be asking us
                 time.sleep(0.01)
@@ -143,18 +144,21 @@ class Watchdog:
             else:
                 elsewhere.append(other)
         lines = [f"hpcdist: stall on rank {rank} ({socket.gethostname()}): {name} (call #{call}) "
-                 f"has not completed after {seconds:.1f} s (HPCDIST_STALL_TIMEOUT={self.timeout:g})."]
+                 f"has not completed after {seconds:.1f} s "
+                 f"(HPCDIST_STALL_TIMEOUT={self.timeout:g})."]
         missing = elsewhere + silent
         if missing:
             lines.append(f"  Ranks that have not arrived in {name}: {format_ranks(missing)}")
         for other in elsewhere:
             state = replies[other]
             doing = ("not in any collective (computing, sleeping or blocked outside hpcdist)"
-                     if state is None else f"inside {state[0]} (call #{state[1]}) for {state[2]:.1f} s")
+                     if state is None
+                     else f"inside {state[0]} (call #{state[1]}) for {state[2]:.1f} s")
             lines.append(f"    rank {other}: {doing}")
         for other in silent:
             lines.append(f"    rank {other}: did not answer within {_REPLY_GRACE_SECONDS:g} s "
                          f"(hung with the interpreter lock held, or dead)")
-        lines.append(f"  Ranks waiting in {name}: {format_ranks(sorted(waiting))}. Aborting the job.")
+        lines.append(f"  Ranks waiting in {name}: {format_ranks(sorted(waiting))}. "
+                     f"Aborting the job.")
         abort_job("\n".join(lines), errorcode=1)
         sys.exit(1)  # not reached: Abort ends the process

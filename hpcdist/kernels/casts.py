@@ -7,9 +7,9 @@ even; to float32, exact. Both equal NumPy's and ml_dtypes' casts bit for bit.
 import ml_dtypes
 import numpy as np
 
+from .._numba import JIT_PARALLEL, njit, prange
 from ..comm.sixteen_bit_floats import half_bits, half_format, half_value
 from ._arrays import check_dtype, flat_float, is_cupy
-from .._numba import JIT_PARALLEL, njit, prange
 
 __all__ = ["to_half", "from_half", "BFLOAT16"]
 

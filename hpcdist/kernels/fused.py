@@ -1,8 +1,8 @@
 """Fused in-place updates: sparse scatter-add, scale-and-add, error-feedback residual."""
 import numpy as np
 
-from ._arrays import check_same_size, flat_float, flat_out, is_cupy
 from .._numba import JIT, JIT_PARALLEL, njit, prange
+from ._arrays import check_same_size, flat_float, flat_out, is_cupy
 
 __all__ = ["scatter_add", "scale_add", "error_feedback_update"]
 

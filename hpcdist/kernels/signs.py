@@ -5,8 +5,16 @@ import numpy as np
 
 from .._checks import check_int
 from .._numba import JIT, JIT_PARALLEL, njit, prange
-from ._arrays import (check_dtype, check_same_size, check_scales, flat_float, flat_out,
-                      flat_payload, is_cupy, n_chunks)
+from ._arrays import (
+    check_dtype,
+    check_same_size,
+    check_scales,
+    flat_float,
+    flat_out,
+    flat_payload,
+    is_cupy,
+    n_chunks,
+)
 
 __all__ = ["sign_pack", "sign_unpack", "sign_subtract", "sign_pack_feedback"]
 

@@ -16,8 +16,14 @@ import numbers
 import numpy as np
 
 from ..comm import allreduce, resolve_context
-from .layers import (cached, check_float_dtype, check_grad_output, check_positive_int,
-                     compute_dtype, float_input)
+from .layers import (
+    cached,
+    check_float_dtype,
+    check_grad_output,
+    check_positive_int,
+    compute_dtype,
+    float_input,
+)
 from .module import Module, Parameter, array_module
 
 __all__ = ["BatchNorm1d", "SyncBatchNorm"]

@@ -8,8 +8,13 @@ import numpy as np
 import pytest
 
 import hpcdist
-from hpcdist.checkpoint import (CheckpointCorruptError, CheckpointError, CheckpointManager,
-                                CheckpointWarning, Sharded)
+from hpcdist.checkpoint import (
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointManager,
+    CheckpointWarning,
+    Sharded,
+)
 from hpcdist.checkpoint.manifest import commit_bytes
 from tests.checkpoint.conftest import BACKENDS, balanced_block, same_bits
 from tests.helpers import all_ranks, expect_error, mpi_twin

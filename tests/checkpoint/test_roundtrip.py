@@ -9,8 +9,14 @@ import pytest
 
 from hpcdist.checkpoint import CheckpointManager, Sharded
 from hpcdist.checkpoint.plan import STRIPE_MIN_BYTES
-from tests.checkpoint.conftest import (BACKENDS, PARALLEL_H5PY, balanced_block, local_block,
-                                       same_bits, uneven_counts)
+from tests.checkpoint.conftest import (
+    BACKENDS,
+    PARALLEL_H5PY,
+    balanced_block,
+    local_block,
+    same_bits,
+    uneven_counts,
+)
 from tests.fake_device import FakeDeviceArray
 from tests.helpers import all_ranks, mpi_twin
 

@@ -7,15 +7,31 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from hpcdist.checkpoint import CheckpointError, CheckpointCorruptError, Sharded
-from hpcdist.checkpoint.checksum import (CHUNK_BYTES, chunk_items, combine_items,
-                                         crc32_combine, crc32_of_items)
-from hpcdist.checkpoint.manifest import (FORMAT_VERSION, ManifestError, commit_bytes,
-                                         parse_commit, parse_manifest)
+from hpcdist.checkpoint import CheckpointCorruptError, CheckpointError, Sharded
+from hpcdist.checkpoint.checksum import (
+    CHUNK_BYTES,
+    chunk_items,
+    combine_items,
+    crc32_combine,
+    crc32_of_items,
+)
+from hpcdist.checkpoint.manifest import (
+    FORMAT_VERSION,
+    ManifestError,
+    commit_bytes,
+    parse_commit,
+    parse_manifest,
+)
 from hpcdist.checkpoint.plan import STRIPE_MIN_BYTES, describe, make_plan
-from hpcdist.checkpoint.state import (Container, dtype_from_record, dtype_record,
-                                      flatten_state, storage_dtype, unflatten_state,
-                                      validate_key)
+from hpcdist.checkpoint.state import (
+    Container,
+    dtype_from_record,
+    dtype_record,
+    flatten_state,
+    storage_dtype,
+    unflatten_state,
+    validate_key,
+)
 
 DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
           np.uint64, np.float16, np.float32, np.float64, np.longdouble, np.complex64,

@@ -5,11 +5,26 @@ import numpy as np
 import pytest
 
 import hpcdist
-from tests.helpers import (all_ranks, assert_on_all_ranks, check_array, check_scalar,
-                           expect_error, same_on_all_ranks)
-from tests.reference import (ALL_DTYPES, BFLOAT16, COMPLEX_DTYPES, INT_DTYPES,
-                             dtype_name, is_bool, is_complex, is_int,
-                             make_input, reference_reduce)
+from tests.helpers import (
+    all_ranks,
+    assert_on_all_ranks,
+    check_array,
+    check_scalar,
+    expect_error,
+    same_on_all_ranks,
+)
+from tests.reference import (
+    ALL_DTYPES,
+    BFLOAT16,
+    COMPLEX_DTYPES,
+    INT_DTYPES,
+    dtype_name,
+    is_bool,
+    is_complex,
+    is_int,
+    make_input,
+    reference_reduce,
+)
 
 pytestmark = pytest.mark.mpi
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import hpcdist
-from tests.helpers import (all_ranks, check_array, expect_error, run_mpi_script)
+from tests.helpers import all_ranks, check_array, expect_error, run_mpi_script
 from tests.reference import balanced_counts, split_blocks
 
 

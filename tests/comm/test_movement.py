@@ -5,8 +5,14 @@ import pytest
 import hpcdist
 from hpcdist.comm.movement import _INLINE_BYTES
 from tests.helpers import all_ranks, check_array, check_scalar, expect_error
-from tests.reference import (BFLOAT16, balanced_counts, dtype_name, make_input,
-                             reference_reduce, split_blocks)
+from tests.reference import (
+    BFLOAT16,
+    balanced_counts,
+    dtype_name,
+    make_input,
+    reference_reduce,
+    split_blocks,
+)
 
 pytestmark = pytest.mark.mpi
 

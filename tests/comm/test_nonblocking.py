@@ -121,7 +121,8 @@ def test_isend_irecv_ring(ctx, with_out):
     left = (ctx.rank - 1) % ctx.size
     mine = make_input(ctx.rank, (5, 2), np.float64, seed=405)
     out = np.empty((5, 2)) if with_out else None
-    rreq = hpcdist.irecv(source=left, tag=4, out=out) if with_out else hpcdist.irecv(source=left, tag=4)
+    rreq = (hpcdist.irecv(source=left, tag=4, out=out) if with_out
+            else hpcdist.irecv(source=left, tag=4))
     sreq = hpcdist.isend(mine, right, tag=4)
     polls = _poll(rreq)
     got = rreq.wait()

@@ -9,8 +9,15 @@ from mpi4py import MPI
 
 import hpcdist
 from tests.helpers import check_array, check_scalar
-from tests.reference import (ALL_DTYPES, BFLOAT16, dtype_name, is_bool, is_complex,
-                             is_int, make_input)
+from tests.reference import (
+    ALL_DTYPES,
+    BFLOAT16,
+    dtype_name,
+    is_bool,
+    is_complex,
+    is_int,
+    make_input,
+)
 
 
 class _NoMPI:

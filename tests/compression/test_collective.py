@@ -7,9 +7,18 @@ import numpy as np
 import pytest
 
 from hpcdist import kernels
-from hpcdist.compression import (BF16Compressor, ErrorFeedback, FP16Compressor, NoCompression,
-                                 PowerSGDCompressor, QSGDCompressor, RandomKCompressor,
-                                 SignCompressor, TopKCompressor, compressed_allreduce)
+from hpcdist.compression import (
+    BF16Compressor,
+    ErrorFeedback,
+    FP16Compressor,
+    NoCompression,
+    PowerSGDCompressor,
+    QSGDCompressor,
+    RandomKCompressor,
+    SignCompressor,
+    TopKCompressor,
+    compressed_allreduce,
+)
 from hpcdist.compression.base import call_seed
 from hpcdist.compression.powersgd import initial_q
 from tests.compression.reference import PowerSGDReference, integer_input, rank_input, topk_dense

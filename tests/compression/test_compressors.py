@@ -3,9 +3,17 @@ import numpy as np
 import pytest
 
 from hpcdist import kernels
-from hpcdist.compression import (BF16Compressor, ErrorFeedback, FP16Compressor, NoCompression,
-                                 PowerSGDCompressor, QSGDCompressor, RandomKCompressor,
-                                 SignCompressor, TopKCompressor)
+from hpcdist.compression import (
+    BF16Compressor,
+    ErrorFeedback,
+    FP16Compressor,
+    NoCompression,
+    PowerSGDCompressor,
+    QSGDCompressor,
+    RandomKCompressor,
+    SignCompressor,
+    TopKCompressor,
+)
 from hpcdist.compression.base import call_seed
 from hpcdist.compression.powersgd import initial_q
 from tests.compression.reference import PowerSGDReference, rank_input, topk_dense

@@ -3,8 +3,13 @@ feedback reaches the loss of uncompressed training (within 5%)."""
 import numpy as np
 import pytest
 
-from hpcdist.compression import (ErrorFeedback, NoCompression, SignCompressor, TopKCompressor,
-                                 compressed_allreduce)
+from hpcdist.compression import (
+    ErrorFeedback,
+    NoCompression,
+    SignCompressor,
+    TopKCompressor,
+    compressed_allreduce,
+)
 from tests.helpers import assert_on_all_ranks
 
 N_LOCAL, N_FEATURES, STEPS, LR = 200, 200, 600, 0.5

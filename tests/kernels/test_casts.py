@@ -7,8 +7,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from hpcdist.kernels import from_half, to_half
 from hpcdist.comm.sixteen_bit_floats import half_sum_into
+from hpcdist.kernels import from_half, to_half
 
 DTYPES = [np.float32, np.float64]
 SPECIALS = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 3.3895314e38, 1e-40, 65504.0,

@@ -50,7 +50,8 @@ def test_qsgd_identical_to_cpu(dtype, levels):
     np.testing.assert_allclose(gnorm, norm, rtol=1e-6)
     assert np.mean(cp.asnumpy(gq) != q) < 1e-3        # same hash; rare last-bit differences
     d = K.qsgd_dequantize(gnorm, gq, levels, dtype)
-    np.testing.assert_allclose(cp.asnumpy(d), K.qsgd_dequantize(norm, cp.asnumpy(gq), levels, dtype),
+    np.testing.assert_allclose(cp.asnumpy(d),
+                               K.qsgd_dequantize(norm, cp.asnumpy(gq), levels, dtype),
                                rtol=1e-6)
 
 

@@ -2,8 +2,7 @@
 import numpy as np
 import pytest
 
-from hpcdist.kernels import randomk_indices, topk, topk_threshold
-from hpcdist.kernels import selection
+from hpcdist.kernels import randomk_indices, selection, topk, topk_threshold
 
 DTYPES = [np.float32, np.float64]
 

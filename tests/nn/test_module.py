@@ -5,8 +5,18 @@ import numpy as np
 import pytest
 
 from hpcdist import nn
-from hpcdist.nn import (GELU, BatchNorm1d, CrossEntropyLoss, Dropout, Linear, Module, Parameter,
-                        ReLU, Sequential, Tanh)
+from hpcdist.nn import (
+    GELU,
+    BatchNorm1d,
+    CrossEntropyLoss,
+    Dropout,
+    Linear,
+    Module,
+    Parameter,
+    ReLU,
+    Sequential,
+    Tanh,
+)
 from tests.nn.gradcheck import gradcheck
 
 

@@ -7,8 +7,16 @@ import numpy as np
 import pytest
 
 from hpcdist.nn.module import Parameter
-from hpcdist.nn.optim import (SGD, CosineAnnealingLR, LinearWarmup, LRScheduler, SequentialLR,
-                              StepLR, WarmupCosineLR, scale_lr)
+from hpcdist.nn.optim import (
+    SGD,
+    CosineAnnealingLR,
+    LinearWarmup,
+    LRScheduler,
+    SequentialLR,
+    StepLR,
+    WarmupCosineLR,
+    scale_lr,
+)
 
 
 def make_optimizer(lrs=(0.1,)):

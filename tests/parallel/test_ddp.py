@@ -7,8 +7,14 @@ import pytest
 import hpcdist
 from hpcdist import nn
 from hpcdist.nn.optim import SGD
-from tests.helpers import (all_ranks, assert_on_all_ranks, check_array, expect_error, mpi_twin,
-                           same_on_all_ranks)
+from tests.helpers import (
+    all_ranks,
+    assert_on_all_ranks,
+    check_array,
+    expect_error,
+    mpi_twin,
+    same_on_all_ranks,
+)
 
 GLOBAL_BATCH = 12          # divisible by 1, 2, 3 and 4 ranks
 N_FEATURES, N_HIDDEN, N_CLASSES = 5, 7, 3
@@ -296,8 +302,10 @@ def test_set_to_none_gradients_still_reduce_into_buckets(ctx):
 
 
 test_ddp_equals_single_rank_large_batch_mpi = mpi_twin(test_ddp_equals_single_rank_large_batch)
-test_grad_is_average_over_ranks_after_backward_mpi = mpi_twin(test_grad_is_average_over_ranks_after_backward)
-test_no_sync_accumulation_equals_one_large_batch_mpi = mpi_twin(test_no_sync_accumulation_equals_one_large_batch)
+test_grad_is_average_over_ranks_after_backward_mpi = mpi_twin(
+    test_grad_is_average_over_ranks_after_backward)
+test_no_sync_accumulation_equals_one_large_batch_mpi = mpi_twin(
+    test_no_sync_accumulation_equals_one_large_batch)
 test_compression_per_bucket_mpi = mpi_twin(test_compression_per_bucket)
 
 

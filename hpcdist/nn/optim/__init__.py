@@ -8,8 +8,15 @@ for data-parallel training.
 
 from .adam import Adam, AdamW
 from .optimizer import Optimizer
-from .schedules import (CosineAnnealingLR, LinearWarmup, LRScheduler, SequentialLR, StepLR,
-                        WarmupCosineLR, scale_lr)
+from .schedules import (
+                        CosineAnnealingLR,
+                        LinearWarmup,
+                        LRScheduler,
+                        SequentialLR,
+                        StepLR,
+                        WarmupCosineLR,
+                        scale_lr,
+)
 from .sgd import SGD
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LRScheduler", "StepLR", "CosineAnnealingLR",

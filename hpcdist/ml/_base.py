@@ -198,3 +198,10 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
     @abstractmethod
     def load_state_dict(self, state):
         """Restore from :meth:`state_dict`; returns self."""
+
+    def _extra_state(self):
+        """Entries a subclass adds to its family's :meth:`state_dict` (e.g. its classes)."""
+        return {}
+
+    def _load_extra_state(self, state):
+        """Restore the entries of :meth:`_extra_state` from ``state``."""

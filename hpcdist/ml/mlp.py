@@ -307,12 +307,6 @@ class _BaseMLP(DistributedEstimator):
             self.loss_ = self.loss_curve_[-1]
         return self
 
-    def _extra_state(self):
-        return {}
-
-    def _load_extra_state(self, state):
-        pass
-
 
 class MLPClassifier(ClassifierMixin, _BaseMLP):
     """Multi-layer perceptron classifier trained data-parallel over MPI ranks.
@@ -454,9 +448,6 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
         ss_tot = sum_y2 - sum_y ** 2 / n
         r2 = np.where(ss_tot > 0, 1 - ss_res / np.where(ss_tot > 0, ss_tot, 1), 0.0)
         return float(r2.mean())
-
-    def _extra_state(self):
-        return {}
 
     def _load_extra_state(self, state):
         self.n_outputs_ = int(state["n_outputs"])

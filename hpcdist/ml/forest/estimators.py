@@ -374,12 +374,6 @@ class _BaseForest(DistributedEstimator):
         self._seed = np.uint64(np.asarray(state["seed"], dtype=np.uint64))
         return self
 
-    def _extra_state(self):
-        return {}
-
-    def _load_extra_state(self, state):
-        pass
-
     def _n_values(self):
         raise NotImplementedError
 

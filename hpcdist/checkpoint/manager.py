@@ -13,8 +13,15 @@ from ..comm.mpi import MPI
 from . import mpio, sharded  # called through their modules: tests replace their writers
 from .async_save import BackgroundSave, track
 from .checksum import combine_items, format_crc, io_threads
-from .commit import (apply_retention, cleanup_temporaries, commit_step, list_steps,
-                     new_temp_dir, remove_tree, step_dir_name)
+from .commit import (
+    apply_retention,
+    cleanup_temporaries,
+    commit_step,
+    list_steps,
+    new_temp_dir,
+    remove_tree,
+    step_dir_name,
+)
 from .errors import CheckpointCorruptError, CheckpointError, CheckpointWarning
 from .manifest import ManifestError, build_manifest, manifest_bytes
 from .plan import describe, local_writes, make_plan

@@ -36,8 +36,14 @@ import numpy as np
 
 from .._version import __version__
 from .errors import CheckpointCorruptError, CheckpointError
-from .state import (CONTAINER_KINDS, LEAF_KINDS, SEPARATOR, dtype_from_record, storage_dtype,
-                    validate_key)
+from .state import (
+    CONTAINER_KINDS,
+    LEAF_KINDS,
+    SEPARATOR,
+    dtype_from_record,
+    storage_dtype,
+    validate_key,
+)
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST_FILE", "COMMIT_FILE", "ManifestError",
            "build_manifest", "manifest_bytes", "commit_bytes", "parse_commit", "parse_manifest",

@@ -15,8 +15,14 @@ import numpy as np
 from ..comm import allgather_object
 from .checksum import chunk_items, combine_items, crc32_of_items, format_crc
 from .errors import CheckpointCorruptError
-from .manifest import COMMIT_FILE, MANIFEST_FILE, ManifestError, leaf_dtype, parse_commit, \
-    parse_manifest
+from .manifest import (
+    COMMIT_FILE,
+    MANIFEST_FILE,
+    ManifestError,
+    leaf_dtype,
+    parse_commit,
+    parse_manifest,
+)
 from .plan import balanced_range
 from .state import CONTAINER_KINDS, decode_leaf, unflatten_state
 

@@ -55,23 +55,23 @@ def alltoall(x, counts=None, *, ctx=None):
 
 
 @documented_by(p2p.send)
-def send(x, dest, tag=0, *, ctx=None):
-    return p2p.send(x, dest, tag, ctx=resolve_context(ctx))
+def send(x, dest, tag=0, *, shape_known=False, ctx=None):
+    return p2p.send(x, dest, tag, shape_known=shape_known, ctx=resolve_context(ctx))
 
 
 @documented_by(p2p.recv)
-def recv(source=p2p.ANY_SOURCE, tag=p2p.ANY_TAG, out=None, *, ctx=None):
-    return p2p.recv(source, tag, out, ctx=resolve_context(ctx))
+def recv(source=p2p.ANY_SOURCE, tag=p2p.ANY_TAG, out=None, *, shape_known=False, ctx=None):
+    return p2p.recv(source, tag, out, shape_known=shape_known, ctx=resolve_context(ctx))
 
 
 @documented_by(p2p.isend)
-def isend(x, dest, tag=0, *, ctx=None):
-    return p2p.isend(x, dest, tag, ctx=resolve_context(ctx))
+def isend(x, dest, tag=0, *, shape_known=False, ctx=None):
+    return p2p.isend(x, dest, tag, shape_known=shape_known, ctx=resolve_context(ctx))
 
 
 @documented_by(p2p.irecv)
-def irecv(source=p2p.ANY_SOURCE, tag=p2p.ANY_TAG, out=None, *, ctx=None):
-    return p2p.irecv(source, tag, out, ctx=resolve_context(ctx))
+def irecv(source=p2p.ANY_SOURCE, tag=p2p.ANY_TAG, out=None, *, shape_known=False, ctx=None):
+    return p2p.irecv(source, tag, out, shape_known=shape_known, ctx=resolve_context(ctx))
 
 
 @documented_by(requests.iallreduce)

@@ -247,20 +247,20 @@ class Context:
         return movement.alltoall(x, counts, ctx=self)
 
     @documented_by(p2p.send)
-    def send(self, x, dest, tag=0):
-        return p2p.send(x, dest, tag, ctx=self)
+    def send(self, x, dest, tag=0, *, shape_known=False):
+        return p2p.send(x, dest, tag, shape_known=shape_known, ctx=self)
 
     @documented_by(p2p.recv)
-    def recv(self, source=p2p.ANY_SOURCE, tag=p2p.ANY_TAG, out=None):
-        return p2p.recv(source, tag, out, ctx=self)
+    def recv(self, source=p2p.ANY_SOURCE, tag=p2p.ANY_TAG, out=None, *, shape_known=False):
+        return p2p.recv(source, tag, out, shape_known=shape_known, ctx=self)
 
     @documented_by(p2p.isend)
-    def isend(self, x, dest, tag=0):
-        return p2p.isend(x, dest, tag, ctx=self)
+    def isend(self, x, dest, tag=0, *, shape_known=False):
+        return p2p.isend(x, dest, tag, shape_known=shape_known, ctx=self)
 
     @documented_by(p2p.irecv)
-    def irecv(self, source=p2p.ANY_SOURCE, tag=p2p.ANY_TAG, out=None):
-        return p2p.irecv(source, tag, out, ctx=self)
+    def irecv(self, source=p2p.ANY_SOURCE, tag=p2p.ANY_TAG, out=None, *, shape_known=False):
+        return p2p.irecv(source, tag, out, shape_known=shape_known, ctx=self)
 
     @documented_by(requests.iallreduce)
     def iallreduce(self, x, op="sum", *, out=None):

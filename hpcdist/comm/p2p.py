@@ -3,14 +3,19 @@
 Each message is a header (dtype, shape, kind) followed by the data. Arrays
 of up to 64 KiB ride inside the header's message, so a small send is one
 MPI message; larger ones follow in a second message straight into the
-receiver's buffer.
+receiver's buffer. With ``shape_known=True`` on both sides (the receiver
+passes ``out`` of the sender's shape and dtype) the raw buffer travels alone:
+one ``Send``/``Recv``, no header and no probe. Check mode keeps the header
+then, and the receiver verifies the promise.
 """
 
 import math
+from time import perf_counter as _perf_counter
 
 import numpy as np
 
-from .buffers import mpi_buffer, wrap
+from ..exceptions import CollectiveMismatchError
+from .buffers import _DIRECT_TYPES, HOST, NP_SCALAR, PY_SCALAR, describe, mpi_buffer, wrap
 from .devices import backend_of
 from .headers import HEADER_BYTES, OK, pack_header, unpack_header
 from .movement import _hand_back, _receive_buffer
@@ -69,7 +74,28 @@ def _outgoing(x, ctx, name):
     return first, data, data.nbytes
 
 
-def send(x, dest, tag=0, *, ctx):
+def _raw_outgoing(x, ctx, name):
+    """The MPI buffer of ``x`` sent without a header (``shape_known=True``), and its bytes."""
+    if type(x) is np.ndarray and x.flags.c_contiguous and x.dtype in _DIRECT_TYPES:
+        return (x, _DIRECT_TYPES[x.dtype]), x.nbytes
+    payload = wrap(x, ctx, name, slot=None)
+    if payload.kind in (PY_SCALAR, NP_SCALAR):
+        raise TypeError(f"{name}(shape_known=True): rank {ctx.rank} passed a scalar; pass an "
+                        f"array of the shape and dtype the receiver expects, or use "
+                        f"shape_known=False")
+    return mpi_buffer(payload.data), payload.data.nbytes
+
+
+def _raw_incoming(out, ctx, name, source):
+    """Where a headerless message lands (``shape_known=True``): (buffer, target)."""
+    if out is None or not (hasattr(out, "shape") and hasattr(out, "dtype")):
+        raise TypeError(f"{name}(shape_known=True): rank {ctx.rank} passed out={out!r}; pass "
+                        f"out=, an array of the sender's shape and dtype (or use "
+                        f"shape_known=False)")
+    return _receive_buffer(out, tuple(out.shape), np.dtype(out.dtype), ctx, name, source)
+
+
+def send(x, dest, tag=0, *, shape_known=False, ctx):
     """Send ``x`` (array or scalar, any shape and dtype) to rank ``dest``.
 
     Parameters
@@ -77,10 +103,24 @@ def send(x, dest, tag=0, *, ctx):
     x : array or scalar
     dest : int
     tag : int, default=0
+    shape_known : bool, default=False
+        Promise that the receiver calls ``recv(..., out=buf, shape_known=True)``
+        with ``buf`` of ``x``'s shape and dtype: the raw buffer is sent alone,
+        one MPI message and no probe. Check mode still sends the header, and
+        the receiver verifies the promise.
     ctx : Context
     """
     dest = _check_peer(dest, ctx, "send", "dest")
     tag = _check_tag(tag, "send")
+    if shape_known and not ctx.check:
+        buffer, nbytes = _raw_outgoing(x, ctx, "send")
+        ctx._inflight_name = "send"  # ctx._begin, inlined on this hot path
+        ctx._inflight_since = start = _perf_counter()
+        try:
+            ctx.comm.Send(buffer, dest, tag)
+        finally:
+            ctx._end("send", start, nbytes, 0)
+        return
     first, data, nbytes = _outgoing(x, ctx, "send")
     start = ctx._begin("send")
     try:
@@ -91,10 +131,17 @@ def send(x, dest, tag=0, *, ctx):
         ctx._end("send", start, nbytes, 0)
 
 
-def isend(x, dest, tag=0, *, ctx):
-    """Start sending ``x`` to ``dest``; returns a :class:`Request` (``wait()`` gives None)."""
+def isend(x, dest, tag=0, *, shape_known=False, ctx):
+    """Start sending ``x`` to ``dest``; returns a :class:`Request` (``wait()`` gives None).
+
+    ``shape_known`` as for :func:`send`.
+    """
     dest = _check_peer(dest, ctx, "isend", "dest")
     tag = _check_tag(tag, "isend")
+    if shape_known and not ctx.check:
+        buffer, nbytes = _raw_outgoing(x, ctx, "isend")
+        return Request(ctx, "isend", [ctx.comm.Isend(buffer, dest, tag)],
+                       lambda: buffer and None, (nbytes, 0))
     first, data, nbytes = _outgoing(x, ctx, "isend")
     requests = [ctx.comm.Isend(first, dest, tag)]
     if data is not None:
@@ -103,16 +150,21 @@ def isend(x, dest, tag=0, *, ctx):
     return Request(ctx, "isend", requests, lambda: keep_alive and None, (nbytes, 0))
 
 
-def _receive(message, status, out, ctx, name):
-    """Finish receiving from a matched first ``message``; returns (result, nbytes)."""
+def _receive(message, status, out, ctx, name, shape_known=False):
+    """Finish receiving from a matched first ``message``; returns (result, nbytes).
+
+    ``shape_known`` (check mode): the sender promised ``out``'s shape and dtype.
+    """
     first = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
     message.Recv(first)
     source, tag = status.Get_source(), status.Get_tag()
     _, shape, dtype, kind, scalar_type, inline = unpack_header(first)
     nbytes = math.prod(shape) * dtype.itemsize
     try:
+        if shape_known:
+            _check_promise(out, shape, dtype, ctx, name, source)
         buffer, target = _receive_buffer(out, shape, dtype, ctx, name, source)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, CollectiveMismatchError):
         if not inline:  # drain the data message so it cannot be mistaken for a later one
             ctx.comm.Recv(np.empty(nbytes, dtype=np.uint8), source, tag)
         raise
@@ -124,6 +176,15 @@ def _receive(message, status, out, ctx, name):
     else:
         ctx.comm.Recv(mpi_buffer(buffer), source, tag)
     return _hand_back(buffer, target, kind, scalar_type, ctx), nbytes
+
+
+def _check_promise(out, shape, dtype, ctx, name, source):
+    """Check mode: the message matches the ``out`` a ``shape_known=True`` receiver passed."""
+    _raw_incoming(out, ctx, name, source)
+    if tuple(out.shape) != shape or np.dtype(out.dtype) != dtype:
+        raise CollectiveMismatchError(
+            f"{name}(shape_known=True): rank {ctx.rank} passed out={describe(out)}, rank "
+            f"{source} sent {dtype}[{','.join(map(str, shape))}]")
 
 
 def _matching(source, tag, ctx, name):
@@ -139,7 +200,7 @@ def _matching(source, tag, ctx, name):
     return source, tag
 
 
-def recv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, ctx):
+def recv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, shape_known=False, ctx):
     """Receive an array or scalar sent with :func:`send` or :func:`isend`.
 
     Parameters
@@ -148,6 +209,9 @@ def recv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, ctx):
     tag : int, default=ANY_TAG
     out : array, optional
         Receive into this array (it must have the sender's shape and dtype).
+    shape_known : bool, default=False
+        The sender used ``shape_known=True`` and ``out`` has its shape and
+        dtype: one MPI receive of the raw buffer, no probe.
     ctx : Context
 
     Returns
@@ -156,12 +220,25 @@ def recv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, ctx):
         ``out`` when given, else a new array (a scalar when a scalar was sent).
     """
     source, tag = _matching(source, tag, ctx, "recv")
+    if shape_known and not ctx.check:
+        if type(out) is np.ndarray and out.flags.c_contiguous and out.dtype in _DIRECT_TYPES:
+            buffer, target, spec = out, None, (out, _DIRECT_TYPES[out.dtype])
+        else:
+            buffer, target = _raw_incoming(out, ctx, "recv", source)
+            spec = mpi_buffer(buffer)
+        ctx._inflight_name = "recv"  # ctx._begin, inlined on this hot path
+        ctx._inflight_since = start = _perf_counter()
+        try:
+            ctx.comm.Recv(spec, source, tag)
+        finally:
+            ctx._end("recv", start, 0, buffer.nbytes)
+        return out if target is None else _hand_back(buffer, target, HOST, None, ctx)
     start = ctx._begin("recv")
     nbytes = 0
     try:
         status = MPI.Status()
         message = ctx.comm.Mprobe(source, tag, status)
-        result, nbytes = _receive(message, status, out, ctx, "recv")
+        result, nbytes = _receive(message, status, out, ctx, "recv", shape_known)
     finally:
         ctx._end("recv", start, 0, nbytes)
     return result
@@ -170,9 +247,10 @@ def recv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, ctx):
 class _ReceiveRequest(Request):
     """An :func:`irecv` in flight: waits for the header message, then the data."""
 
-    def __init__(self, ctx, source, tag, out):
+    def __init__(self, ctx, source, tag, out, shape_known):
         super().__init__(ctx, "irecv", [], None)
         self._source, self._tag, self._out = source, tag, out
+        self._shape_known = shape_known
 
     def test(self):
         if not self._done:
@@ -180,7 +258,8 @@ class _ReceiveRequest(Request):
             message = self._ctx.comm.Improbe(self._source, self._tag, status)
             if message is None:
                 return False
-            self._result, received = _receive(message, status, self._out, self._ctx, "irecv")
+            self._result, received = _receive(message, status, self._out, self._ctx, "irecv",
+                                                   self._shape_known)
             self._nbytes = (0, received)
             self._done = True
         return True
@@ -193,18 +272,24 @@ class _ReceiveRequest(Request):
             try:
                 status = MPI.Status()
                 message = ctx.comm.Mprobe(self._source, self._tag, status)
-                self._result, received = _receive(message, status, self._out, ctx, "irecv")
+                self._result, received = _receive(message, status, self._out, ctx, "irecv",
+                                                   self._shape_known)
                 self._done = True
             finally:
                 ctx._end("irecv", start, 0, received)
         return self._result
 
 
-def irecv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, ctx):
+def irecv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, shape_known=False, ctx):
     """Start receiving; returns a :class:`Request` whose ``wait()`` gives the array.
 
     The message is matched when :meth:`Request.test` first finds it or
-    :meth:`Request.wait` is called.
+    :meth:`Request.wait` is called; with ``shape_known=True`` (as for
+    :func:`recv`) the receive into ``out`` starts at once.
     """
     source, tag = _matching(source, tag, ctx, "irecv")
-    return _ReceiveRequest(ctx, source, tag, out)
+    if shape_known and not ctx.check:
+        buffer, target = _raw_incoming(out, ctx, "irecv", source)
+        return Request(ctx, "irecv", [ctx.comm.Irecv(mpi_buffer(buffer), source, tag)],
+                       lambda: _hand_back(buffer, target, HOST, None, ctx), (0, buffer.nbytes))
+    return _ReceiveRequest(ctx, source, tag, out, shape_known)

@@ -124,3 +124,80 @@ def test_ctx_methods(ctx):
     with all_ranks():
         if ctx.rank == 1:
             check_array(got, np.arange(3))
+
+
+# ------------------------------------------------------------------ shape_known=True
+def _ring_known(ctx, data, out, *, nonblocking=False):
+    """Rank r sends ``data`` to r + 1 and receives into ``out`` from r - 1, headerless."""
+    right, left = (ctx.rank + 1) % ctx.size, (ctx.rank - 1) % ctx.size
+    if nonblocking:
+        request = hpcdist.irecv(source=left, tag=5, out=out, shape_known=True)
+        hpcdist.isend(data, right, tag=5, shape_known=True).wait()
+        return request.wait()
+    if ctx.rank % 2 == 0:
+        hpcdist.send(data, right, tag=5, shape_known=True)
+        return hpcdist.recv(source=left, tag=5, out=out, shape_known=True)
+    got = hpcdist.recv(source=left, tag=5, out=out, shape_known=True)
+    hpcdist.send(data, right, tag=5, shape_known=True)
+    return got
+
+
+@pytest.fixture(params=[False, True], ids=["unchecked", "checked"])
+def either_mode(request, ctx):
+    """The test once without and once with check mode (the header path that verifies)."""
+    old, ctx.check = ctx.check, request.param
+    yield
+    ctx.check = old
+
+
+@pytest.mark.parametrize("nonblocking", [False, True], ids=["blocking", "nonblocking"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_name)
+@pytest.mark.parametrize("shape", [(10,), (3, 4, 2), (0,)])
+def test_send_recv_shape_known(ctx, dtype, shape, nonblocking, either_mode):
+    left = (ctx.rank - 1) % ctx.size
+    data = make_input(ctx.rank, shape, dtype, seed=311)
+    out = np.zeros(shape, dtype=dtype)
+    got = _ring_known(ctx, data, out, nonblocking=nonblocking)
+    with all_ranks(f"{dtype_name(dtype)}{list(shape)} check={ctx.check}"):
+        assert got is out
+        check_array(out, make_input(left, shape, dtype, seed=311), dtype=dtype, rtol=0, atol=0)
+
+
+def test_send_recv_shape_known_non_contiguous(ctx):
+    base = np.zeros((6, 8))
+    out = base[::2, 1::3]  # filled in place through a contiguous buffer
+    data = np.arange(out.size, dtype=np.float64).reshape(out.shape) + ctx.rank
+    got = _ring_known(ctx, data[:, ::-1].copy()[:, ::-1], out)
+    with all_ranks():
+        assert got is out
+        check_array(base[::2, 1::3], data - ctx.rank + (ctx.rank - 1) % ctx.size)
+        assert base[1::2].sum() == 0
+
+
+def test_shape_known_needs_out_and_an_array(ctx):
+    with all_ranks("recv without out"):
+        with pytest.raises(TypeError, match=r"recv\(shape_known=True\).*out="):
+            hpcdist.recv(source=0, shape_known=True)
+        with pytest.raises(TypeError, match=r"irecv\(shape_known=True\).*out="):
+            hpcdist.irecv(source=0, shape_known=True)
+        with pytest.raises(TypeError, match=r"send\(shape_known=True\).*scalar"):
+            hpcdist.send(3.0, 0, shape_known=True)
+
+
+def test_shape_known_promise_is_verified_in_check_mode(ctx, check_mode):
+    right, left = (ctx.rank + 1) % ctx.size, (ctx.rank - 1) % ctx.size
+    n = 4 if ctx.rank == 0 else 3  # rank 0 sends 4 elements: rank 1 expects 3
+    out = np.zeros(3, dtype=np.float32)
+    error = None
+    hpcdist.isend(np.zeros(n, dtype=np.float32), right, tag=6, shape_known=True)
+    try:
+        hpcdist.recv(source=left, tag=6, out=out, shape_known=True)
+    except hpcdist.CollectiveMismatchError as exc:
+        error = str(exc)
+    with all_ranks("promise"):
+        if ctx.rank == 1:
+            assert error is not None and "float32[3]" in error and "float32[4]" in error
+            assert "rank 0 sent" in error
+        else:
+            assert error is None
+    _ring_known(ctx, np.ones(2), np.zeros(2))  # still in step

@@ -17,8 +17,8 @@ step count and base rates) restores the schedule exactly.
 """
 
 import math
-import numbers
 
+from ..._checks import check_int
 from .optimizer import check_nonnegative
 
 __all__ = ["LRScheduler", "StepLR", "CosineAnnealingLR", "LinearWarmup", "SequentialLR",
@@ -26,11 +26,7 @@ __all__ = ["LRScheduler", "StepLR", "CosineAnnealingLR", "LinearWarmup", "Sequen
 
 
 def _check_int(owner, name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{owner}: {name}={value!r} should be an integer")
-    if value < minimum:
-        raise ValueError(f"{owner}: {name}={value!r} should be >= {minimum}")
-    return int(value)
+    return check_int(value, f"{owner}: {name}", minimum)
 
 
 def _check_fraction(owner, name, value):

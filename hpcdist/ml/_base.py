@@ -1,22 +1,25 @@
 """The base class of hpcdist's estimators: the trainer protocol and the shared opening.
 
 Every estimator of :mod:`hpcdist.ml` is a scikit-learn estimator whose
-``fit`` takes this rank's rows, and a trainer (``train_epoch``,
+``fit(X, y)`` takes this rank's rows, and a trainer (``train_epoch``,
 ``get_parameters``, ``set_parameters``, ``synchronize_model``,
 ``state_dict``, ``load_state_dict``) that training strategies and
 checkpoints drive. :class:`DistributedEstimator` declares that protocol and
 holds what each estimator used to repeat at the start of ``fit``,
 ``train_epoch``, ``predict`` and ``score``: resolving the context from
 ``comm``, checking the hyperparameters, forgetting a previous fit, checking
-test rows against the fitted width, and the global accuracy.
+test rows against the fitted width, and the global accuracy. A fitted
+estimator pickles without its communicator (:meth:`__getstate__`).
 """
 
+import functools
+import inspect
+import warnings
 from abc import ABCMeta, abstractmethod
 
 import numpy as np
-from sklearn.base import BaseEstimator
-from sklearn.utils import check_array
-from sklearn.utils.validation import check_is_fitted
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._arrays import is_cupy
 from ..comm import allreduce, resolve_context
@@ -24,7 +27,39 @@ from ..comm.checks import validated_on_every_rank
 from ._checkpointing import FitCheckpointing
 from ._validation import check_device_rows
 
-__all__ = ["DistributedEstimator"]
+__all__ = ["DistributedEstimator", "DistributedClassifierMixin", "accepts_local_keywords"]
+
+#: the arguments' names before scikit-learn's ``X, y`` (still accepted, with a FutureWarning)
+_RENAMED_ARGUMENTS = {"X_local": "X", "y_local": "y"}
+
+
+def accepts_local_keywords(method):
+    """Let ``method(X, y, ...)`` still be called with ``X_local=``/``y_local=`` (deprecated).
+
+    The estimators' arguments were called ``X_local, y_local``; scikit-learn
+    (pipelines, ``GridSearchCV``, keyword calls) expects ``X, y``. For one
+    release the old keywords are renamed with a ``FutureWarning`` pointing at
+    the caller. ``inspect.signature`` shows the method's own signature.
+    """
+    positions = {name: index for index, name in
+                 enumerate(list(inspect.signature(method).parameters)[1:])}  # after self
+    renamed = {old: new for old, new in _RENAMED_ARGUMENTS.items() if new in positions}
+
+    @functools.wraps(method)
+    def renaming(self, *args, **kwargs):
+        for old, new in renamed.items():
+            if old not in kwargs:
+                continue
+            where = f"{type(self).__name__}.{method.__name__}"
+            if new in kwargs or positions[new] < len(args):
+                raise TypeError(f"{where}: got both {new} and its old name {old}=; pass {new}")
+            warnings.warn(f"{where}: the keyword {old}= is renamed {new}= (this rank's rows, as "
+                          f"before); {old}= will stop working in a future release",
+                          FutureWarning, stacklevel=2)
+            kwargs[new] = kwargs.pop(old)
+        return method(self, *args, **kwargs)
+
+    return renaming
 
 
 class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
@@ -39,13 +74,27 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
     The context is never stored on the estimator: :meth:`_context` resolves
     ``comm`` whenever a method communicates (a raw communicator's context is
     made once and cached with that communicator), so a fitted estimator
-    holds no communicator of its own.
+    holds no communicator of its own. A pickled (or copied) estimator leaves
+    ``comm`` behind: restored, in this process or another with any number of
+    ranks, it has ``comm=None`` and communicates on the default context.
     """
 
     #: the fitted attribute holding the model: the estimator is fitted when it exists
     _model_attribute = None
     #: attributes a new ``fit`` removes before it starts
     _fit_attributes = ()
+
+    # -- pickling --------------------------------------------------------------------------
+    def __getstate__(self):
+        """The estimator's state without its communicator (``comm`` becomes None).
+
+        A communicator cannot travel to another process and a context cannot be
+        copied; the restored estimator re-attaches to the default context when
+        it next communicates. Subclasses drop what holds a context too.
+        """
+        state = dict(super().__getstate__())  # Python >= 3.11 returns __dict__ itself
+        state["comm"] = None
+        return state
 
     # -- the opening of fit, train_epoch, predict and score --------------------------------
     @abstractmethod
@@ -105,6 +154,9 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
     def _check_rows(self, X, **options):
         """Rows given to a fitted model: checked like the training rows, of the fitted width.
 
+        The width (``n_features_in_``) and feature names are checked by
+        scikit-learn's ``validate_data``, as its own estimators do.
+
         Parameters
         ----------
         X : array-like or cupy.ndarray of shape (n_rows, n_features)
@@ -117,15 +169,10 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
         ndarray or cupy.ndarray of shape (n_rows, n_features)
         """
         self._check_fitted()
-        name = type(self).__name__
-        if is_cupy(X):
-            X = check_device_rows(X, name)
-        else:
-            X = check_array(X, input_name="X", **options)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, but {name} is expecting "
-                             f"{self.n_features_in_} features as input (it was fitted with "
-                             f"{self.n_features_in_}).")
+        if not is_cupy(X):
+            return validate_data(self, X, reset=False, **options)
+        X = check_device_rows(X, type(self).__name__)
+        validate_data(self, X, reset=False, skip_check_array=True)
         return X
 
     def _refuse_sample_weight(self, sample_weight):
@@ -133,21 +180,6 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
         if sample_weight is not None:
             raise NotImplementedError(f"{type(self).__name__}.score: sample_weight is not "
                                       "supported")
-
-    def _global_accuracy(self, X_local, y_local, sample_weight=None):
-        """The share of rows of all ranks that :meth:`predict` labels right (collective).
-
-        Returns
-        -------
-        float
-            NaN when no rank has a row.
-        """
-        self._refuse_sample_weight(sample_weight)
-        ctx = self._context()
-        with validated_on_every_rank(ctx):  # a bad input on one rank fails all
-            correct = float(np.sum(self.predict(X_local) == np.asarray(y_local)))
-        totals = allreduce(np.array([correct, float(len(X_local))]), ctx=ctx)
-        return float(totals[0] / totals[1]) if totals[1] else float("nan")
 
     def _parameter_vector(self, vector, expected, what):
         """``vector`` as a 1-D float64 array, checked to hold ``expected`` values.
@@ -162,7 +194,7 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
 
     # -- trainer protocol ------------------------------------------------------------------
     @abstractmethod
-    def train_epoch(self, X_local, y_local=None):
+    def train_epoch(self, X, y=None):
         """One pass of training over this rank's rows (starts a model on the first call).
 
         Returns
@@ -205,3 +237,43 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
 
     def _load_extra_state(self, state):
         """Restore the entries of :meth:`_extra_state` from ``state``."""
+
+
+class DistributedClassifierMixin(ClassifierMixin):
+    """``predict`` and the global ``score`` of the classifiers.
+
+    A classifier has ``classes_`` and implements :meth:`_class_scores`, one
+    score per class and row (probabilities, logits), highest for the
+    predicted class.
+    """
+
+    def _class_scores(self, X):
+        """Scores of shape (n_rows, n_classes) for the rows given (local; checks them)."""
+        raise NotImplementedError
+
+    @accepts_local_keywords
+    def predict(self, X):
+        """Predicted labels of the rows given (local): the class of the highest score.
+
+        Returns
+        -------
+        ndarray of shape (n_rows,)
+        """
+        scores = self._class_scores(X)
+        return self.classes_[np.argmax(scores, axis=1)]
+
+    @accepts_local_keywords
+    def score(self, X, y, sample_weight=None):
+        """Global accuracy: the share of the rows of all ranks labelled right (collective).
+
+        Returns
+        -------
+        float
+            NaN when no rank has a row.
+        """
+        self._refuse_sample_weight(sample_weight)
+        ctx = self._context()
+        with validated_on_every_rank(ctx):  # a bad input on one rank fails all
+            correct = float(np.sum(self.predict(X) == np.asarray(y)))
+        totals = allreduce(np.array([correct, float(len(X))]), ctx=ctx)
+        return float(totals[0] / totals[1]) if totals[1] else float("nan")

@@ -8,8 +8,12 @@ with scikit-learn's ``check_array``, CuPy rows on their device
 (:func:`check_device_rows`); the global facts are judged alike for both.
 """
 
+import warnings
+
 import numpy as np
+from sklearn.exceptions import DataConversionWarning
 from sklearn.utils import check_array
+from sklearn.utils.multiclass import check_classification_targets
 
 from .._arrays import is_cupy
 from ..comm import allgather_object
@@ -79,8 +83,8 @@ class LocalData:
 
 
 def check_local_data(ctx, X, y=None, *, name, dtype=(np.float64, np.float32),
-                     classification=False, multi_output=False, min_local_rows=1,
-                     n_features=None):
+                     classification=False, multi_output=False, y_required=False,
+                     min_local_rows=1, n_features=None):
     """Validate this rank's rows; raise the same clear error on every rank.
 
     Parameters
@@ -94,9 +98,13 @@ def check_local_data(ctx, X, y=None, *, name, dtype=(np.float64, np.float32),
     dtype : dtype or tuple of dtypes
         Accepted float dtypes (the first is used for conversions).
     classification : bool
-        Whether ``y`` holds class labels (their union is collected).
+        Whether ``y`` holds class labels (their union is collected;
+        continuous values raise scikit-learn's ``Unknown label type``).
     multi_output : bool
-        Whether ``y`` may be 2-D.
+        Whether ``y`` may be 2-D. Otherwise a column ``y`` of shape
+        ``(n_local, 1)`` is raveled with a ``DataConversionWarning``.
+    y_required : bool
+        Whether ``y=None`` is an error (a supervised estimator).
     min_local_rows : int
         Every rank needs at least this many rows.
     n_features : int, optional
@@ -109,17 +117,25 @@ def check_local_data(ctx, X, y=None, *, name, dtype=(np.float64, np.float32),
     Raises
     ------
     ValueError
-        NaN or infinity in ``X``, ``y`` of the wrong length, widths that
-        differ between ranks or from ``n_features``, too few rows on a rank.
+        NaN or infinity in ``X``, ``y`` missing or of the wrong length,
+        continuous class labels, widths that differ between ranks or from
+        ``n_features``, too few rows on a rank.
     """
     with validated_on_every_rank(ctx):
         if is_cupy(X):
             X = check_device_rows(X, name)
         else:
             X = check_array(X, dtype=dtype, ensure_min_samples=0, input_name="X")
+        if y is None and y_required:
+            raise ValueError(f"{name} requires y to be passed, but the target y is None; "
+                             "pass this rank's targets")
         if y is not None:
             y = np.asarray(y)
             if y.ndim == 2 and y.shape[1] == 1 and not multi_output:
+                # the caller of fit: here < the estimator's checks < fit < keyword renaming
+                warnings.warn(f"A column-vector y was passed when a 1d array was expected "
+                              f"({name}); pass y of shape (n_local,), e.g. y.ravel()",
+                              DataConversionWarning, stacklevel=5)
                 y = y.ravel()
             if y.ndim not in ((1, 2) if multi_output else (1,)):
                 raise ValueError(f"{name}: y has shape {y.shape}; pass a 1-D array of "
@@ -130,8 +146,11 @@ def check_local_data(ctx, X, y=None, *, name, dtype=(np.float64, np.float32),
             if not classification:
                 y = check_array(y, dtype=dtype, ensure_2d=False, ensure_min_samples=0,
                                 input_name="y")
-            elif y.dtype.kind == "f" and not np.isfinite(y).all():
-                raise ValueError(f"{name}: y contains NaN or infinity; labels must be finite")
+            else:
+                if y.dtype.kind == "f" and not np.isfinite(y).all():
+                    raise ValueError(f"{name}: y contains NaN or infinity; labels must be "
+                                     "finite")
+                check_classification_targets(y)
     facts = (len(X), X.shape[1], None if not classification else np.unique(y))
     all_facts = allgather_object(facts, ctx=ctx) if ctx.size > 1 else [facts]
     counts = [f[0] for f in all_facts]
@@ -144,8 +163,9 @@ def check_local_data(ctx, X, y=None, *, name, dtype=(np.float64, np.float32),
                          f"({listing}); every rank must pass the same columns")
     width = all_facts[0][1]
     if n_features is not None and width != n_features:
-        raise ValueError(f"{name}: X has {width} features, but the estimator was fitted with "
-                         f"{n_features}")
+        estimator = name.partition(".")[0]
+        raise ValueError(f"{name}: X has {width} features, but {estimator} is expecting "
+                         f"{n_features} features as input (it was fitted with {n_features})")
     short = [rank for rank, count in enumerate(counts) if count < min_local_rows]
     if short:
         raise ValueError(f"{name}: {format_ranks(short)} got "

@@ -1,15 +1,17 @@
 """Multi-layer perceptrons trained data-parallel: MLPClassifier and MLPRegressor.
 
-Each rank passes its own rows to ``fit``. Every rank holds the whole model;
-a step runs forward and backward on a local batch (this rank's share of the
-global ``batch_size``) and :class:`hpcdist.DistributedDataParallel` averages
-the gradients, so N ranks train like one rank with the global batch.
+Each rank passes its own rows to ``fit(X, y)``. Every rank holds the whole
+model; a step runs forward and backward on a local batch (this rank's share
+of the global ``batch_size``) and :class:`hpcdist.DistributedDataParallel`
+averages the gradients, so N ranks train like one rank with the global
+batch. The data-parallel wrapper is made when training starts (after a fit,
+a load or unpickling alike): a pickled estimator holds the network without it.
 """
 
 import warnings
 
 import numpy as np
-from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.base import RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from tqdm.auto import tqdm
@@ -17,10 +19,10 @@ from tqdm.auto import tqdm
 from .. import nn
 from .._partition import balanced_counts
 from ..comm import allreduce
-from ..comm.checks import format_ranks
+from ..comm.checks import agree, format_ranks, validated_on_every_rank
 from ..nn.optim import SGD, Adam
 from ..parallel import DistributedDataParallel
-from ._base import DistributedEstimator
+from ._base import DistributedClassifierMixin, DistributedEstimator, accepts_local_keywords
 from ._checkpointing import optimizer_from_tree, optimizer_to_tree
 from ._validation import check_local_data
 
@@ -36,7 +38,7 @@ class _BaseMLP(DistributedEstimator):
     """Shared machinery of the MLP estimators (see :class:`MLPClassifier`)."""
 
     _model_attribute = "model_"
-    _fit_attributes = ("model_", "classes_")
+    _fit_attributes = ("model_", "classes_", "_ddp")
 
     def __init__(self, hidden_layer_sizes=(100,), *, activation="relu", solver="adam",
                  learning_rate_init=1e-3, batch_size=256, max_iter=200, random_state=None,
@@ -61,7 +63,7 @@ class _BaseMLP(DistributedEstimator):
     # -- subclass hooks -----------------------------------------------------------------
     _classification = False
 
-    def _targets(self, data, first_call):
+    def _targets(self, data, first_call, ctx, classes=None):
         """Labels/targets as the loss expects them; sets up outputs on the first call."""
         raise NotImplementedError
 
@@ -94,55 +96,95 @@ class _BaseMLP(DistributedEstimator):
     def _validate(self, X, y, ctx, fitted):
         name = f"{type(self).__name__}.fit"
         data = check_local_data(ctx, X, y, name=name, classification=self._classification,
-                                multi_output=not self._classification,
+                                multi_output=not self._classification, y_required=True,
                                 n_features=self.n_features_in_ if fitted else None)
         batch_shares = balanced_counts(int(self.batch_size), ctx.size)
         short = [r for r, (n, b) in enumerate(zip(data.counts, batch_shares)) if n < b]
         if short:
             r = short[0]
             raise ValueError(
-                f"{name}: {format_ranks(short)} got {data.counts[r]} rows, fewer than "
-                f"its share {batch_shares[r]} of batch_size={self.batch_size} over "
-                f"{ctx.size} ranks; lower batch_size or give every rank more rows")
+                f"{name}: {format_ranks(short)} got {data.counts[r]} sample(s) (n_samples="
+                f"{data.n_global} over all ranks), fewer than its share {batch_shares[r]} of "
+                f"batch_size={self.batch_size} over {ctx.size} ranks; lower batch_size or "
+                "give every rank more rows")
         return data, batch_shares
 
     # -- model ------------------------------------------------------------------------
-    def _build(self, n_in, n_out, dtype, ctx):
-        hidden = self._check_params()
-        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
-        widths = (n_in, *hidden, n_out)
+    def _network(self, architecture, dtype, seed):
+        """A new network and its optimizer (local: no communication).
+
+        ``architecture`` is ``(widths, activation, solver)``: the layer widths
+        from input to output, the hidden layers' activation and the solver.
+        """
+        widths, activation, solver = architecture
         layers = []
         for index, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:])):
             layers.append(nn.Linear(fan_in, fan_out, dtype=dtype, random_state=seed + index))
             if index < len(widths) - 2:
-                layers.append(_ACTIVATIONS[self.activation]())
+                layers.append(_ACTIVATIONS[activation]())
         layers[0].needs_input_grad = False  # the input is data: no gradient needed
         model = nn.Sequential(*layers)
-        self._ddp = DistributedDataParallel(model, bucket_size_mb=self.bucket_size_mb,
-                                            compression=self.compression, ctx=ctx)
         parameters = list(model.parameters())
-        if self.solver == "adam":
-            self._optimizer = Adam(parameters, lr=self.learning_rate_init,
-                                   weight_decay=self.alpha)
+        if solver == "adam":
+            optimizer = Adam(parameters, lr=self.learning_rate_init, weight_decay=self.alpha)
         else:
-            self._optimizer = SGD(parameters, lr=self.learning_rate_init, momentum=0.9,
-                                  nesterov=True, weight_decay=self.alpha)
-        self.model_ = model
+            optimizer = SGD(parameters, lr=self.learning_rate_init, momentum=0.9,
+                            nesterov=True, weight_decay=self.alpha)
+        return model, optimizer
+
+    def _build(self, n_in, n_out, dtype):
+        """A new model (``model_``) and optimizer; training starts over."""
+        hidden = self._check_params()
+        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
+        self._architecture = ((n_in, *hidden, n_out), self.activation, self.solver)
+        self.model_, self._optimizer = self._network(self._architecture, dtype, seed)
+        self.__dict__.pop("_ddp", None)  # made for this model when training starts
         self.loss_curve_ = []
         self.n_iter_ = 0
         self.t_ = 0
         self._no_improvement = 0
         self.best_loss_ = np.inf
 
+    def _data_parallel(self, ctx):
+        """The data-parallel wrapper of ``model_`` on ``ctx``, made on first use (collective).
+
+        It is made when training starts, after ``fit`` builds the model as
+        after a load or unpickling; its gradient hooks sit on the parameters.
+        """
+        ddp = self.__dict__.get("_ddp")
+        if ddp is None:
+            ddp = self._ddp = DistributedDataParallel(
+                self.model_, bucket_size_mb=self.bucket_size_mb, compression=self.compression,
+                ctx=ctx)
+        return ddp
+
+    # -- pickling -----------------------------------------------------------------------
+    def __getstate__(self):
+        """The state without the data-parallel wrapper (it holds the context).
+
+        The wrapper's gradient hooks sit on ``model_``'s parameters, so the
+        state holds a copy of the network and optimizer made without them; the
+        wrapper is made again when training goes on.
+        """
+        state = super().__getstate__()
+        if state.pop("_ddp", None) is not None:
+            model, optimizer = self._network(self._architecture, self._dtype, seed=0)
+            model.load_state_dict(self.model_.state_dict())
+            optimizer.load_state_dict(self._optimizer.state_dict())
+            state["model_"], state["_optimizer"] = model, optimizer
+        return state
+
     # -- training -----------------------------------------------------------------------
-    def fit(self, X_local, y_local, *, checkpoint=None, checkpoint_every=None):
+    @accepts_local_keywords
+    def fit(self, X, y, *, checkpoint=None, checkpoint_every=None):
         """Train on this rank's rows for up to ``max_iter`` epochs.
 
         Parameters
         ----------
-        X_local : array-like of shape (n_local, n_features)
+        X : array-like of shape (n_local, n_features)
             This rank's rows (ranks may hold different numbers of rows).
-        y_local : array-like of shape (n_local,) or (n_local, n_outputs)
+        y : array-like of shape (n_local,) or (n_local, n_outputs)
+            This rank's targets.
         checkpoint : hpcdist.checkpoint.CheckpointManager, optional
             Save the full state there (and resume from it when it already
             holds a checkpoint). A stop signal (SIGUSR1, SIGTERM) then saves
@@ -158,7 +200,7 @@ class _BaseMLP(DistributedEstimator):
         converged = False
         with saving:
             resumed = saving.resume() is not None
-            data, shares = self._validate(X_local, y_local, ctx, fitted=resumed)
+            data, shares = self._validate(X, y, ctx, fitted=resumed)
             targets = self._targets(data, first_call=not resumed, ctx=ctx)
             converged = self._no_improvement >= self.n_iter_no_change
             progress = tqdm(range(self.n_iter_, int(self.max_iter)), desc=type(self).__name__,
@@ -174,24 +216,43 @@ class _BaseMLP(DistributedEstimator):
             saving.finish(self.n_iter_)
         if not converged and ctx.rank == 0 and self.tol > 0:
             warnings.warn(f"{type(self).__name__}: max_iter={self.max_iter} epochs reached "
-                          "before the loss stopped improving", ConvergenceWarning, stacklevel=2)
+                          "before the loss stopped improving", ConvergenceWarning,
+                          stacklevel=3)  # the caller of fit (past the keyword renaming)
         return self
 
-    def train_epoch(self, X_local, y_local):
+    @accepts_local_keywords
+    def train_epoch(self, X, y):
         """One epoch over this rank's rows (starts a model on the first call).
 
         Returns
         -------
         self
         """
+        return self.partial_fit(X, y)
+
+    @accepts_local_keywords
+    def partial_fit(self, X, y, classes=None):
+        """One epoch over this rank's rows, as :meth:`train_epoch` (scikit-learn's name).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_local, n_features)
+        y : array-like of shape (n_local,) or (n_local, n_outputs)
+        classes : array-like of shape (n_classes,), optional
+            Classifiers: every label of all calls, the same on every rank. The
+            first call fixes ``classes_`` to it (by default: the union of the
+            labels of all ranks in that call); later calls may repeat it.
+
+        Returns
+        -------
+        self
+        """
         fitted, ctx = self._start_epoch()
-        data, shares = self._validate(X_local, y_local, ctx, fitted=fitted)
-        targets = self._targets(data, first_call=not fitted, ctx=ctx)
+        data, shares = self._validate(X, y, ctx, fitted=fitted)
+        targets = self._targets(data, first_call=not fitted, ctx=ctx, classes=classes)
         loss = self._epoch(data.X, targets, shares, data.n_global, ctx)
         self._converged(loss)
         return self
-
-    partial_fit = train_epoch
 
     def _converged(self, loss):
         """sklearn's rule: stop after n_iter_no_change epochs without a tol improvement."""
@@ -216,7 +277,7 @@ class _BaseMLP(DistributedEstimator):
                                 for _ in range(-(-needed // len(X)))])[:needed]
         # weight so that the average over ranks is the mean over the global batch
         weight = local_batch * ctx.size / int(self.batch_size)
-        ddp, optimizer, criterion = self._ddp, self._optimizer, self._criterion
+        ddp, optimizer, criterion = self._data_parallel(ctx), self._optimizer, self._criterion
         self.model_.train()
         loss_sum = 0.0
         for step in range(steps):
@@ -238,6 +299,7 @@ class _BaseMLP(DistributedEstimator):
 
     # -- inference --------------------------------------------------------------------
     def _forward(self, X):
+        self._check_fitted()
         X = self._check_rows(X, dtype=self._dtype, ensure_min_samples=0)
         self.model_.eval()
         outputs = [self.model_(X[start:start + _PREDICT_CHUNK])
@@ -292,11 +354,10 @@ class _BaseMLP(DistributedEstimator):
 
     def load_state_dict(self, state):
         """Restore from :meth:`state_dict` (rebuilds the model when needed)."""
-        ctx = self._context()
         self._load_extra_state(state)
         self.n_features_in_ = int(state["n_features_in"])
         self._dtype = np.dtype(state["dtype"])
-        self._build(self.n_features_in_, int(state["n_outputs"]), self._dtype, ctx)
+        self._build(self.n_features_in_, int(state["n_outputs"]), self._dtype)
         self.model_.load_state_dict(state["model"])
         self._optimizer.load_state_dict(optimizer_from_tree(state["optimizer"]))
         self.loss_curve_ = [float(v) for v in np.asarray(state["loss_curve"])]
@@ -308,7 +369,7 @@ class _BaseMLP(DistributedEstimator):
         return self
 
 
-class MLPClassifier(ClassifierMixin, _BaseMLP):
+class MLPClassifier(DistributedClassifierMixin, _BaseMLP):
     """Multi-layer perceptron classifier trained data-parallel over MPI ranks.
 
     Parameters
@@ -361,41 +422,43 @@ class MLPClassifier(ClassifierMixin, _BaseMLP):
 
     _classification = True
 
-    def _targets(self, data, first_call, ctx):
+    def _targets(self, data, first_call, ctx, classes=None):
+        if classes is not None:
+            classes = np.unique(np.asarray(classes))
+            agree(ctx, "MLPClassifier.partial_fit", f"classes={classes.tolist()}")
         if first_call:
-            self.classes_ = data.classes()
+            self.classes_ = data.classes() if classes is None else classes
             if len(self.classes_) < 2:
                 raise ValueError(f"MLPClassifier.fit: all ranks together have only the "
                                  f"label(s) {self.classes_.tolist()}; need at least 2 classes")
+        elif classes is not None and not np.array_equal(classes, self.classes_):
+            raise ValueError(f"MLPClassifier.partial_fit: classes={classes.tolist()} is not "
+                             f"the classes_ {self.classes_.tolist()} fixed by the first call")
+        unknown = {r: np.setdiff1d(labels, self.classes_).tolist()
+                   for r, labels in enumerate(data.labels)
+                   if np.setdiff1d(labels, self.classes_).size}
+        if unknown:
+            raise ValueError(
+                f"MLPClassifier: labels {unknown} (by rank) are not among the classes "
+                f"{self.classes_.tolist()} fixed by the first call; pass every label in the "
+                "first call to fit/partial_fit on some rank, or all of them as classes=")
+        if first_call:
             self.n_features_in_ = data.n_features
             self._dtype = data.X.dtype
             self._criterion = nn.CrossEntropyLoss()
-            self._build(data.n_features, len(self.classes_), data.X.dtype, ctx)
-        else:
-            unknown = {r: np.setdiff1d(labels, self.classes_).tolist()
-                       for r, labels in enumerate(data.labels)
-                       if np.setdiff1d(labels, self.classes_).size}
-            if unknown:
-                raise ValueError(
-                    f"MLPClassifier: labels {unknown} (by rank) are not among the classes "
-                    f"{self.classes_.tolist()} fixed by the first call; pass every label in the "
-                    "first call to fit/partial_fit on some rank")
+            self._build(data.n_features, len(self.classes_), data.X.dtype)
         return np.searchsorted(self.classes_, data.y)
 
-    def predict_proba(self, X_local):
-        """Class probabilities for the rows given, shape (n_local, n_classes)."""
-        logits = self._forward(X_local)
+    @accepts_local_keywords
+    def predict_proba(self, X):
+        """Class probabilities for the rows given, shape (n_rows, n_classes)."""
+        logits = self._forward(X)
         logits = logits - logits.max(axis=1, keepdims=True)
         probabilities = np.exp(logits)
         return probabilities / probabilities.sum(axis=1, keepdims=True)
 
-    def predict(self, X_local):
-        """Predicted labels for the rows given."""
-        return self.classes_[np.argmax(self._forward(X_local), axis=1)]
-
-    def score(self, X_local, y_local, sample_weight=None):
-        """Global accuracy over the rows of all ranks."""
-        return self._global_accuracy(X_local, y_local, sample_weight)
+    def _class_scores(self, X):
+        return self._forward(X)  # logits: the highest is the most probable class
 
     def _extra_state(self):
         return {"classes": np.asarray(self.classes_)}
@@ -418,31 +481,44 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
         Global mean squared error per epoch.
     """
 
-    def _targets(self, data, first_call, ctx):
+    def _targets(self, data, first_call, ctx, classes=None):
+        if classes is not None:
+            raise ValueError(f"MLPRegressor.partial_fit: classes={classes!r} is for classifiers; "
+                             "a regressor has none")
         y = data.y.reshape(len(data.y), -1).astype(data.X.dtype, copy=False)
         if first_call:
             self.n_outputs_ = y.shape[1]
             self.n_features_in_ = data.n_features
             self._dtype = data.X.dtype
             self._criterion = nn.MSELoss()
-            self._build(data.n_features, self.n_outputs_, data.X.dtype, ctx)
+            self._build(data.n_features, self.n_outputs_, data.X.dtype)
         elif y.shape[1] != self.n_outputs_:
             raise ValueError(f"MLPRegressor: y has {y.shape[1]} outputs, the model was fitted "
                              f"with {self.n_outputs_}")
         return y
 
-    def predict(self, X_local):
-        """Predictions for the rows given, shape (n_local,) or (n_local, n_outputs)."""
-        out = self._forward(X_local)
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True  # y of shape (n_local, n_outputs) is fitted as is
+        return tags
+
+    @accepts_local_keywords
+    def predict(self, X):
+        """Predictions for the rows given, shape (n_rows,) or (n_rows, n_outputs)."""
+        out = self._forward(X)
         return out.ravel() if self.n_outputs_ == 1 else out
 
-    def score(self, X_local, y_local, sample_weight=None):
-        """Global coefficient of determination R^2 (uniform average over outputs)."""
+    @accepts_local_keywords
+    def score(self, X, y, sample_weight=None):
+        """Global coefficient of determination R^2, uniform average over outputs (collective)."""
         self._refuse_sample_weight(sample_weight)
-        y = np.asarray(y_local, dtype=np.float64).reshape(len(X_local), -1)
-        residual = y - np.asarray(self.predict(X_local), dtype=np.float64).reshape(y.shape)
+        ctx = self._context()
+        with validated_on_every_rank(ctx):  # a bad input on one rank fails all
+            predicted = np.asarray(self._forward(X), dtype=np.float64)
+            y = np.asarray(y, dtype=np.float64).reshape(len(predicted), -1)
+        residual = y - predicted.reshape(y.shape)
         local = np.concatenate([[len(y)], y.sum(0), (y ** 2).sum(0), (residual ** 2).sum(0)])
-        totals = allreduce(local, ctx=self._context())
+        totals = allreduce(local, ctx=ctx)
         n, k = totals[0], y.shape[1]
         sum_y, sum_y2, ss_res = totals[1:1 + k], totals[1 + k:1 + 2 * k], totals[1 + 2 * k:]
         ss_tot = sum_y2 - sum_y ** 2 / n

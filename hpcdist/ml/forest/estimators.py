@@ -10,14 +10,12 @@ import warnings
 
 import numba
 import numpy as np
-from sklearn.base import ClassifierMixin, RegressorMixin
-from sklearn.exceptions import DataConversionWarning
-from sklearn.utils.multiclass import check_classification_targets
+from sklearn.base import RegressorMixin
 from tqdm.auto import tqdm
 
 from ...comm import allreduce, broadcast
 from ...comm.checks import validated_on_every_rank
-from .._base import DistributedEstimator
+from .._base import DistributedClassifierMixin, DistributedEstimator, accepts_local_keywords
 from .._validation import check_local_data
 from ._hash_kernels import MAX_BOOTSTRAP_WEIGHT
 from ._predict_kernels import oob_sums
@@ -169,26 +167,15 @@ class _BaseForest(DistributedEstimator):
         raise NotImplementedError
 
     # -- validation and binning -----------------------------------------------------------
-    def _prepare(self, X_local, y_local, ctx, first):
+    def _prepare(self, X, y, ctx, first):
         """Validate this rank's rows on every rank, bin them, code the targets."""
         name = f"{self._name()}.fit"
-        with validated_on_every_rank(ctx):
-            if y_local is None:
-                raise ValueError(f"{name}: requires y to be passed, but the target y is None")
-            y_local = np.asarray(y_local)
-        if y_local.ndim == 2 and y_local.shape[1] == 1:
-            warnings.warn(f"A column-vector y was passed when a 1d array was expected ({name}); "
-                          "pass y of shape (n_local,), e.g. y.ravel()", DataConversionWarning,
-                          stacklevel=3)
-        data = check_local_data(ctx, X_local, y_local, name=name,
-                                classification=self._classification, min_local_rows=0,
+        data = check_local_data(ctx, X, y, name=name, classification=self._classification,
+                                y_required=True, min_local_rows=0,
                                 n_features=None if first else self.n_features_in_)
         if data.n_global == 0:
             raise ValueError(f"{name}: got 0 rows on all {ctx.size} rank(s) together; pass at "
                              "least 1 sample")
-        if self._classification:
-            with validated_on_every_rank(ctx):
-                check_classification_targets(data.y)
         if first:
             self.n_features_in_ = data.n_features
             self._max_features = self._resolve_max_features(data.n_features)
@@ -210,15 +197,16 @@ class _BaseForest(DistributedEstimator):
             self.local_threshold, self._seed, self.bootstrap, self.bin_edges_, self._to_values)
 
     # -- training -------------------------------------------------------------------------
-    def fit(self, X_local, y_local=None, *, checkpoint=None, checkpoint_every=None):
+    @accepts_local_keywords
+    def fit(self, X, y=None, *, checkpoint=None, checkpoint_every=None):
         """Grow ``n_estimators`` trees on the rows of all ranks.
 
         Parameters
         ----------
-        X_local : array-like of shape (n_local, n_features)
+        X : array-like of shape (n_local, n_features)
             This rank's rows (ranks may hold different numbers of rows, zero included).
-        y_local : array-like of shape (n_local,)
-            Required (None raises a ValueError saying so).
+        y : array-like of shape (n_local,)
+            This rank's targets; required (None raises a ValueError saying so).
         checkpoint : hpcdist.checkpoint.CheckpointManager, optional
             Save the forest grown so far there (and resume from it when it
             already holds a checkpoint: the finished forest is the same as
@@ -236,7 +224,7 @@ class _BaseForest(DistributedEstimator):
         batch = int(self.trees_per_batch)
         with saving:
             resumed = saving.resume() is not None
-            prepared = self._prepare(X_local, y_local, ctx, first=not resumed)
+            prepared = self._prepare(X, y, ctx, first=not resumed)
             if not resumed:
                 self.forest_ = Forest.empty(self._n_values())
                 self._bootstrapped = np.zeros(0, dtype=np.uint8)
@@ -264,7 +252,8 @@ class _BaseForest(DistributedEstimator):
                     self._set_oob(prepared, ctx)
         return self
 
-    def train_epoch(self, X_local, y_local=None):
+    @accepts_local_keywords
+    def train_epoch(self, X, y=None):
         """Grow the next ``trees_per_batch`` trees (up to ``n_estimators``; then a no-op).
 
         The first call validates, places the bin edges and fixes the classes
@@ -275,7 +264,7 @@ class _BaseForest(DistributedEstimator):
         self
         """
         fitted, ctx = self._start_epoch()
-        prepared = self._prepare(X_local, y_local, ctx, first=not fitted)
+        prepared = self._prepare(X, y, ctx, first=not fitted)
         if not fitted:
             self.forest_ = Forest.empty(self._n_values())
             self._bootstrapped = np.zeros(0, dtype=np.uint8)
@@ -291,8 +280,8 @@ class _BaseForest(DistributedEstimator):
         return self
 
     # -- inference ------------------------------------------------------------------------
-    def _mean_values(self, X_local):
-        X = self._check_rows(X_local, dtype=(np.float64, np.float32), ensure_min_samples=0)
+    def _mean_values(self, X):
+        X = self._check_rows(X, dtype=(np.float64, np.float32), ensure_min_samples=0)
         if self.forest_.n_trees == 0:
             raise ValueError(f"{self._name()}: no tree grown yet; call fit or train_epoch first")
         with self._threads():
@@ -320,7 +309,7 @@ class _BaseForest(DistributedEstimator):
         if missing and ctx.rank == 0:
             warnings.warn(f"{self._name()}: {missing} row(s) were in the bootstrap of every tree "
                           "and have no out-of-bag prediction; grow more trees for a reliable "
-                          "oob_score_", UserWarning, stacklevel=4)
+                          "oob_score_", UserWarning, stacklevel=5)
 
     # -- trainer protocol -----------------------------------------------------------------
     def get_parameters(self):
@@ -433,7 +422,7 @@ _DOC_PARAMETERS = """
 """
 
 
-class RandomForestClassifier(ClassifierMixin, _BaseForest):
+class RandomForestClassifier(DistributedClassifierMixin, _BaseForest):
     __doc__ = """Random forest classifier over rows partitioned across MPI ranks.
 
     Histogram trees: features are cut into at most ``max_bins`` global
@@ -506,23 +495,18 @@ class RandomForestClassifier(ClassifierMixin, _BaseForest):
     def _to_values(self, stats):
         return class_fractions(stats)
 
-    def predict_proba(self, X_local):
+    @accepts_local_keywords
+    def predict_proba(self, X):
         """Class probabilities of the rows given: the mean of the trees' leaf class fractions.
 
         Returns
         -------
-        ndarray of shape (n_local, n_classes)
+        ndarray of shape (n_rows, n_classes)
         """
-        return self._mean_values(X_local)
+        return self._mean_values(X)
 
-    def predict(self, X_local):
-        """Predicted labels of the rows given (the class of highest mean probability)."""
-        proba = self.predict_proba(X_local)
-        return self.classes_[np.argmax(proba, axis=1)]
-
-    def score(self, X_local, y_local, sample_weight=None):
-        """Global accuracy over the rows of all ranks."""
-        return self._global_accuracy(X_local, y_local, sample_weight)
+    def _class_scores(self, X):
+        return self._mean_values(X)  # the class of highest mean probability is predicted
 
     def _set_oob(self, prepared, ctx):
         sums, counts = self._oob_sums(prepared)
@@ -598,17 +582,19 @@ class RandomForestRegressor(RegressorMixin, _BaseForest):
     def _to_values(self, stats):
         return self._target.values(stats)
 
-    def predict(self, X_local):
-        """Predictions of the rows given (mean of the trees' leaf means), shape (n_local,)."""
-        return self._mean_values(X_local)[:, 0]
+    @accepts_local_keywords
+    def predict(self, X):
+        """Predictions of the rows given (mean of the trees' leaf means), shape (n_rows,)."""
+        return self._mean_values(X)[:, 0]
 
-    def score(self, X_local, y_local, sample_weight=None):
-        """Global coefficient of determination R^2 over the rows of all ranks."""
+    @accepts_local_keywords
+    def score(self, X, y, sample_weight=None):
+        """Global coefficient of determination R^2 over the rows of all ranks (collective)."""
         self._refuse_sample_weight(sample_weight)
         ctx = self._context()
         with validated_on_every_rank(ctx):
-            y = np.asarray(y_local, dtype=np.float64).ravel()
-            predicted = self.predict(X_local)
+            y = np.asarray(y, dtype=np.float64).ravel()
+            predicted = self._mean_values(X)[:, 0]
         return _global_r2(y, predicted, ctx)
 
     def _set_oob(self, prepared, ctx):

@@ -20,7 +20,7 @@ from ..._arrays import array_module, is_cupy
 from ...comm import allreduce, broadcast, broadcast_object
 from ...comm.checks import validated_on_every_rank
 from ...kernels._arrays import aligned_empty
-from .._base import DistributedEstimator
+from .._base import DistributedEstimator, accepts_local_keywords
 from .._validation import check_local_data
 from .initialization import Shards, kmeans_parallel, kmeans_plusplus, random_rows
 from .kernels import assign
@@ -177,7 +177,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
             if self.n_init not in ("auto", 1):
                 warnings.warn(f"Explicit initial center position passed: performing only one "
                               f"init in {name} instead of n_init={self.n_init}.",
-                              RuntimeWarning, stacklevel=4)
+                              RuntimeWarning, stacklevel=5)
         elif self.n_init == "auto":
             n_init = 10 if self.init == "random" else 1
         else:
@@ -248,12 +248,13 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
             return kmeans_parallel(Xc, self.n_clusters, rng, shards, ctx)
         return random_rows(Xc, self.n_clusters, rng, shards, ctx)
 
-    def fit(self, X_local, y=None, *, checkpoint=None, checkpoint_every=None):
+    @accepts_local_keywords
+    def fit(self, X, y=None, *, checkpoint=None, checkpoint_every=None):
         """Cluster the rows of all ranks.
 
         Parameters
         ----------
-        X_local : array-like of shape (n_local, n_features)
+        X : array-like of shape (n_local, n_features)
             This rank's rows (float32 is kept, other numbers become float64;
             a rank may have no rows).
         y : ignored
@@ -277,7 +278,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         n_init, ctx, saving = self._start_fit(checkpoint, checkpoint_every)
         with saving:
             resumed = saving.resume() is not None
-            data = self._validate(X_local, ctx, f"{type(self).__name__}.fit", fitted=resumed)
+            data = self._validate(X, ctx, f"{type(self).__name__}.fit", fitted=resumed)
             Xc, shards, init = self._prepare(data, ctx, resumed=resumed)
             if resumed and getattr(self, "_fit_progress", None) is None:
                 self._label_loaded_centers(Xc)  # a state_dict() of a fitted model: done
@@ -384,7 +385,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         if distinct < self.n_clusters and ctx.rank == 0:
             warnings.warn(f"Number of distinct clusters ({distinct}) found smaller than "
                           f"n_clusters ({self.n_clusters}). Possibly due to duplicate points "
-                          "in X.", ConvergenceWarning, stacklevel=4)
+                          "in X.", ConvergenceWarning, stacklevel=5)
         centers = np.asarray(best["centers"], dtype=self._X_mean.dtype)
         self._centered = centers
         self.cluster_centers_ = centers + self._X_mean
@@ -398,9 +399,10 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         self.labels_ = xp.empty(len(Xc), dtype=xp.int32)
         assign(Xc, np.ascontiguousarray(self._centered, dtype=Xc.dtype), self.labels_)
 
-    def fit_predict(self, X_local, y=None, **fit_params):
+    @accepts_local_keywords
+    def fit_predict(self, X, y=None, **fit_params):
         """Fit, then return ``labels_`` (this rank's rows)."""
-        return self.fit(X_local, y, **fit_params).labels_
+        return self.fit(X, y, **fit_params).labels_
 
     # -- inference ------------------------------------------------------------------------
     def _check_test_data(self, X):
@@ -410,22 +412,24 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         centers = np.ascontiguousarray(self.cluster_centers_, dtype=X.dtype)
         return assign(X, centers, labels)
 
-    def predict(self, X_local):
+    @accepts_local_keywords
+    def predict(self, X):
         """Index of the nearest center for each of the rows given (local, no communication).
 
         Returns
         -------
         labels : ndarray of int32, shape (n_rows,)
         """
-        X = self._check_test_data(X_local)
+        X = self._check_test_data(X)
         xp = array_module(X)
         labels = xp.empty(len(X), dtype=xp.int32)
         self._assign(X, labels)
         return labels
 
-    def transform(self, X_local):
+    @accepts_local_keywords
+    def transform(self, X):
         """Euclidean distance of each row given to every center, shape (n_rows, n_clusters)."""
-        X = self._check_test_data(X_local)
+        X = self._check_test_data(X)
         centers = self.cluster_centers_.astype(X.dtype, copy=False)
         if is_cupy(X):
             cupy = array_module(X)
@@ -435,11 +439,12 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
             return cupy.sqrt(cupy.maximum(squared, 0))
         return euclidean_distances(X, centers)
 
-    def score(self, X_local, y=None):
+    @accepts_local_keywords
+    def score(self, X, y=None):
         """Opposite of the global inertia of the rows of all ranks (collective)."""
         ctx = self._context()
         with validated_on_every_rank(ctx):  # a bad input on one rank fails all
-            X = self._check_test_data(X_local)
+            X = self._check_test_data(X)
         xp = array_module(X)
         inertia = self._assign(X, xp.empty(len(X), dtype=xp.int32))
         if ctx.size > 1:
@@ -447,7 +452,8 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         return -float(inertia)
 
     # -- trainer protocol ----------------------------------------------------------------------
-    def train_epoch(self, X_local, y_local=None):
+    @accepts_local_keywords
+    def train_epoch(self, X, y=None):
         """One Lloyd iteration over this rank's rows (initializing on the first call).
 
         The first call validates, centers and initializes like :meth:`fit`
@@ -460,7 +466,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         self
         """
         fitted, ctx = self._start_epoch()
-        data = self._validate(X_local, ctx, f"{type(self).__name__}.train_epoch", fitted)
+        data = self._validate(X, ctx, f"{type(self).__name__}.train_epoch", fitted)
         if not fitted:
             Xc, shards, init = self._prepare(data, ctx)
             rng = np.random.RandomState(self._seed(ctx))

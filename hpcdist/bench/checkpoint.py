@@ -120,11 +120,12 @@ def _backend_list(text):
 
 
 def _build_parser():
-    parser = argparse.ArgumentParser(
-        prog="hpcdist bench checkpoint",
-        description="Checkpoint save and restore throughput (hpcdist.checkpoint, sharded and "
-                    "mpio backends) against one raw h5py writer of the same bytes, at each "
-                    "rank count. Outside mpiexec it launches one job per rank count.")
+    parser = common.benchmark_parser(
+        "checkpoint",
+        "Checkpoint save and restore throughput (hpcdist.checkpoint, sharded and mpio "
+        "backends) against one raw h5py writer of the same bytes, at each rank count. "
+        "Outside mpiexec it launches one job per rank count.",
+        quick="short run for tests: 16 MiB of state, 2 repetitions")
     parser.add_argument("--size", type=parse_size,
                         help="bytes of state, e.g. 1G or 256M (default 1G; 16M with --quick)")
     parser.add_argument("--repetitions", type=int,
@@ -137,9 +138,7 @@ def _build_parser():
                         help="where the checkpoints are written (a fresh directory is made "
                              "in it and removed afterwards; default: the system's temporary "
                              "directory). Use the file system you checkpoint to.")
-    parser.add_argument("--quick", action="store_true",
-                        help="short run for tests: 16 MiB of state, 2 repetitions")
-    common.add_job_options(parser, "checkpoint", default_ranks=DEFAULT_RANKS)
+    common.add_job_options(parser, default_ranks=DEFAULT_RANKS)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmarks: sizes, versions, machine description, timing."""
+"""Helpers shared by the benchmarks: options, sizes, versions, machine description, timing."""
 
 import argparse
 import datetime
@@ -16,12 +16,13 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_info
 
+from ..cli.arguments import RankZeroArgumentParser
 from ..comm.mpi import MPI
 from ..launch.environment import under_mpi_launcher
 from ..launch.launchers import find_mpiexec
 
-__all__ = ["KIB", "MIB", "format_size", "package_version", "load_average", "machine_info",
-           "median_seconds", "blas_threads", "init_gloo", "pyplot", "write_report",
+__all__ = ["KIB", "MIB", "benchmark_parser", "format_size", "package_version", "load_average",
+           "machine_info", "median_seconds", "blas_threads", "init_gloo", "pyplot", "write_report",
            "rank_counts", "add_job_options", "launch_jobs", "run_per_rank_count", "merged_report",
            "fill_sizes", "idle_until_all_arrive"]
 
@@ -29,6 +30,35 @@ KIB = 1024
 MIB = 1024 * KIB
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "NUMBA_NUM_THREADS")
+
+
+def benchmark_parser(name, description, *, quick, plot=True):
+    """The argument parser of ``hpcdist bench NAME``, with the options every benchmark takes.
+
+    ``--quick``, ``--no-plot``, ``--output-dir`` and ``--name``; the benchmark
+    adds its own. Usage errors are printed once in an MPI job (by rank 0) and
+    every rank exits with status 2 (see :class:`~hpcdist.cli.arguments.RankZeroArgumentParser`).
+
+    Parameters
+    ----------
+    name : str
+        The benchmark: ``hpcdist bench NAME``, and the default file name stem.
+    description : str
+    quick : str
+        What ``--quick`` makes of the run, for its help.
+    plot : bool, default=True
+        Whether the benchmark writes a PNG plot (``--no-plot`` is accepted either way).
+    """
+    parser = RankZeroArgumentParser(prog=f"hpcdist bench {name}", description=description)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--no-plot", action="store_true",
+                        help="do not write the PNG plot" if plot else
+                        "do not write a plot (this benchmark writes none)")
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks") / "results",
+                        help="where NAME.json (and NAME.png) go (default: ./benchmarks/results)")
+    parser.add_argument("--name", default=name,
+                        help=f"file name stem of the outputs (default: {name})")
+    return parser
 
 
 def format_size(size):
@@ -194,7 +224,7 @@ def write_report(report, output_dir, name, plot=None):
     """
     output_dir.mkdir(parents=True, exist_ok=True)
     json_path = output_dir / f"{name}.json"
-    json_path.write_text(json.dumps(report, indent=1) + "\n")
+    json_path.write_text(json.dumps(report, indent=1, default=float) + "\n")  # NumPy scalars
     print(f"\nwrote {json_path}", flush=True)
     png_path = output_dir / f"{name}.png"
     if plot is not None and plot(report, png_path):
@@ -215,18 +245,12 @@ def rank_counts(text):
     return values
 
 
-def add_job_options(parser, name, *, default_ranks=(1, 2), plot=True):
-    """The options every per-rank-count benchmark shares: ``--ranks``,
-    ``--output-dir``, ``--name``, ``--no-plot`` and the hidden ``--part``."""
+def add_job_options(parser, *, default_ranks=(1, 2)):
+    """The options of a benchmark measured by one job per rank count, beside those of
+    :func:`benchmark_parser`: ``--ranks`` and the hidden ``--part``."""
     parser.add_argument("--ranks", type=rank_counts, default=list(default_ranks),
                         help="rank counts, one mpiexec job each, when not started under "
                              f"mpiexec (default {','.join(map(str, default_ranks))})")
-    if plot:
-        parser.add_argument("--no-plot", action="store_true", help="do not write the PNG plot")
-    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks") / "results",
-                        help="where NAME.json (and NAME.png) go (default: ./benchmarks/results)")
-    parser.add_argument("--name", default=name,
-                        help=f"file name stem of the outputs (default: {name})")
     parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)  # a job's own JSON
 
 

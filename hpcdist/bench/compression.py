@@ -24,11 +24,8 @@ says PASS or MISS for each.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 from ml_dtypes import bfloat16
@@ -59,7 +56,13 @@ from ..kernels import (
     topk,
     topk_threshold,
 )
-from .common import idle_until_all_arrive, machine_info, median_seconds
+from .common import (
+    benchmark_parser,
+    idle_until_all_arrive,
+    machine_info,
+    median_seconds,
+    write_report,
+)
 
 __all__ = ["main"]
 
@@ -69,20 +72,31 @@ MODEL_RANKS = (8, 64)
 
 
 def _build_parser():
-    parser = argparse.ArgumentParser(
-        prog="hpcdist bench compression",
-        description="Time hpcdist's compression kernels against NumPy and memcpy, and "
-                    "compressed_allreduce against a dense allreduce. Run under mpiexec.")
+    parser = benchmark_parser(
+        "compression",
+        "Time hpcdist's compression kernels against NumPy and memcpy, and "
+        "compressed_allreduce against a dense allreduce. Run under mpiexec.",
+        quick="1M elements and 3 repetitions (about ten seconds)", plot=False)
     parser.add_argument("--elements", type=int, default=16 * 1024 * 1024,
                         help="float32 elements per array (default 16M)")
     parser.add_argument("--repetitions", type=int, default=5, help="timed calls per case")
     parser.add_argument("--ratio", type=float, default=0.01,
                         help="fraction kept by top-k and random-k (default 0.01)")
-    parser.add_argument("--quick", action="store_true",
-                        help="1M elements and 3 repetitions (about ten seconds)")
-    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks") / "results",
-                        help="where compression.json goes (default: ./benchmarks/results)")
     return parser
+
+
+def _parse_args(argv):
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.elements, args.repetitions = min(args.elements, 1024 * 1024), min(args.repetitions, 3)
+    if args.elements < 1024:
+        parser.error(f"--elements={args.elements} should be >= 1024")
+    if not 0 < args.ratio <= 1:
+        parser.error(f"--ratio={args.ratio} should be in (0, 1]")
+    if args.repetitions < 1:
+        parser.error(f"--repetitions={args.repetitions} should be >= 1")
+    return args
 
 
 # -- 1. kernels against NumPy -------------------------------------------------------------
@@ -294,13 +308,8 @@ def _print_report(report):
 
 
 def main(argv=None):
-    """Run the benchmark; rank 0 prints the report and writes ``compression.json``."""
-    args = _build_parser().parse_args(argv)
-    if args.quick:
-        args.elements, args.repetitions = min(args.elements, 1024 * 1024), min(args.repetitions, 3)
-    if args.elements < 1024 or not 0 < args.ratio <= 1 or args.repetitions < 1:
-        raise SystemExit("hpcdist bench compression: need --elements >= 1024, 0 < --ratio <= 1 "
-                         "and --repetitions >= 1")
+    """Run the benchmark; rank 0 prints the report and writes ``NAME.json`` (``--name``)."""
+    args = _parse_args(argv)
     ctx = init()
     ctrl = ctx.comm.Dup()
     x = np.random.default_rng(ctx.rank).standard_normal(args.elements, dtype=np.float32)
@@ -318,10 +327,7 @@ def main(argv=None):
                   "model_ranks": [str(p) for p in sorted({ctx.size, *MODEL_RANKS})],
                   "model": _model(compressors, x.nbytes, ctx.size, alpha)}
         _print_report(report)
-        args.output_dir.mkdir(parents=True, exist_ok=True)
-        path = args.output_dir / "compression.json"
-        path.write_text(json.dumps(report, indent=2, default=float))
-        print(f"\nwrote {path}")
+        write_report(report, args.output_dir, args.name)
     ctrl.Free()
     return 0
 

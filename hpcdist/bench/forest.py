@@ -46,7 +46,6 @@ process), ``<output-dir>/<name>.json``.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import sys
@@ -79,12 +78,13 @@ TARGET_RANKS = 2
 # -- arguments ------------------------------------------------------------------------------
 
 def _build_parser():
-    parser = argparse.ArgumentParser(
-        prog="hpcdist bench forest",
-        description="Fit seconds and held-out accuracy of a 100-tree random forest on "
-                    "200,000 x 32 generated rows: hpcdist at each rank count against "
-                    "scikit-learn (and scikit-learn-intelex) with n_jobs=cores. Outside "
-                    "mpiexec it launches one job per rank count.")
+    parser = common.benchmark_parser(
+        "forest",
+        "Fit seconds and held-out accuracy of a 100-tree random forest on 200,000 x 32 "
+        "generated rows: hpcdist at each rank count against scikit-learn (and "
+        "scikit-learn-intelex) with n_jobs=cores. Outside mpiexec it launches one job per "
+        "rank count.",
+        quick="tiny run for tests: 4,000 rows, 8 trees of depth 8, 1 repetition", plot=False)
     for name, help_text in (("train", "training rows"), ("test", "held-out rows"),
                             ("trees", "trees per forest"), ("max-depth", "max_depth"),
                             ("repetitions", "timed hpcdist fits per job"),
@@ -93,11 +93,9 @@ def _build_parser():
         parser.add_argument(f"--{name}", type=int,
                             help=f"{help_text} (default {DEFAULTS[key]}; {QUICK[key]} with "
                                  "--quick)")
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny run for tests: 4,000 rows, 8 trees of depth 8, 1 repetition")
     parser.add_argument("--no-baseline", action="store_true",
                         help="leave scikit-learn and scikit-learn-intelex out")
-    common.add_job_options(parser, "forest", default_ranks=DEFAULT_RANKS, plot=False)
+    common.add_job_options(parser, default_ranks=DEFAULT_RANKS)
     return parser
 
 

@@ -48,7 +48,6 @@ matplotlib).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -81,24 +80,22 @@ TARGET_RANKS = 2
 # -- arguments ------------------------------------------------------------------------------
 
 def _build_parser():
-    parser = argparse.ArgumentParser(
-        prog="hpcdist bench kmeans",
-        description="Seconds per Lloyd iteration of hpcdist's KMeans against scikit-learn "
-                    "(and scikit-learn-intelex) from the same initial centers, with GFLOP/s "
-                    "and the fraction of the machine's sgemm peak. Outside mpiexec it "
-                    "launches one job per rank count.")
+    parser = common.benchmark_parser(
+        "kmeans",
+        "Seconds per Lloyd iteration of hpcdist's KMeans against scikit-learn (and "
+        "scikit-learn-intelex) from the same initial centers, with GFLOP/s and the fraction "
+        "of the machine's sgemm peak. Outside mpiexec it launches one job per rank count.",
+        quick="a few seconds per job (for tests): "
+              + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
     for key, text in (("samples", "global rows"), ("features", "columns"),
                       ("clusters", "k"), ("iterations", "Lloyd iterations per fit (tol=0)"),
                       ("repetitions", "timed rounds"),
                       ("sgemm_size", "side of the square float32 matrices of the sgemm peak")):
         parser.add_argument(f"--{key.replace('_', '-')}", type=int, dest=key,
                             help=f"{text} (default {DEFAULTS[key]}; {QUICK[key]} with --quick)")
-    parser.add_argument("--quick", action="store_true",
-                        help="a few seconds per job (for tests): "
-                             + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
     parser.add_argument("--no-baselines", action="store_true",
                         help="time hpcdist only (no scikit-learn, no sklearnex)")
-    common.add_job_options(parser, "kmeans", default_ranks=DEFAULT_RANKS, plot=True)
+    common.add_job_options(parser, default_ranks=DEFAULT_RANKS)
     return parser
 
 

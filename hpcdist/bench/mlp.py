@@ -117,12 +117,14 @@ def _bucket_list(text):
 
 
 def _build_parser():
-    parser = argparse.ArgumentParser(
-        prog="hpcdist bench mlp",
-        description="Samples per second of data-parallel training of an MLP "
-                    f"{'-'.join(map(str, LAYER_SIZES))}: hpcdist.DDP against torch DDP (gloo), "
-                    "interleaved, at each rank count; non-overlapped communication and a "
-                    "bucket-size sweep. Outside mpiexec it launches one job per rank count.")
+    parser = common.benchmark_parser(
+        "mlp",
+        f"Samples per second of data-parallel training of an MLP "
+        f"{'-'.join(map(str, LAYER_SIZES))}: hpcdist.DDP against torch DDP (gloo), "
+        "interleaved, at each rank count; non-overlapped communication and a bucket-size "
+        "sweep. Outside mpiexec it launches one job per rank count.",
+        quick=f"short run (a few seconds per job): batch {QUICK['batch']}, {QUICK['steps']} "
+              f"steps, {QUICK['repetitions']} repetitions")
     parser.add_argument("--batch", type=int,
                         help=f"global batch, split evenly over the ranks (default "
                              f"{DEFAULT_BATCH}; {QUICK['batch']} with --quick)")
@@ -135,12 +137,9 @@ def _build_parser():
     parser.add_argument("--sweep", type=_bucket_list, default=list(DEFAULT_SWEEP),
                         help="hpcdist bucket sizes in MiB timed at more than one rank "
                              "(default 0,1,4,25,inf)")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"short run (a few seconds per job): batch {QUICK['batch']}, "
-                             f"{QUICK['steps']} steps, {QUICK['repetitions']} repetitions")
     parser.add_argument("--no-torch", action="store_true",
                         help="leave torch DDP out even when torch is importable")
-    common.add_job_options(parser, "mlp", default_ranks=DEFAULT_RANKS, plot=True)
+    common.add_job_options(parser, default_ranks=DEFAULT_RANKS)
     return parser
 
 

@@ -10,8 +10,9 @@ from .._version import __version__
 from ..launch.environment import under_mpi_launcher
 from ..launch.launchers import find_mpiexec
 from ..launch.runner import run_job
+from .arguments import RankZeroArgumentParser
 from .info import run_info
-from .train import add_train_parser, run_train
+from .train import add_train_parser, check_train_arguments, run_train
 
 __all__ = ["main", "build_parser"]
 
@@ -28,8 +29,8 @@ SELF_LAUNCHING = {"mlp", "kmeans", "forest", "checkpoint"}
 
 
 def build_parser():
-    """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(
+    """The argument parser of every subcommand (usage errors printed once in an MPI job)."""
+    parser = RankZeroArgumentParser(
         prog="hpcdist", description="MPI-first toolkit for distributed machine learning.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--version", action="version", version=f"hpcdist {__version__}")
@@ -78,29 +79,30 @@ def build_parser():
     return parser
 
 
-def _take_ranks_option(args):
+def _take_ranks_option(parser, args):
     """Accept ``-n N`` after the benchmark's name too (``hpcdist bench collectives -n 4``)."""
     options = list(args.options)
     for flag in ("-n", "--np"):
         while flag in options:
             index = options.index(flag)
-            if index + 1 >= len(options):
-                raise SystemExit(f"hpcdist bench: {flag} needs a number of ranks")
-            args.ranks = int(options[index + 1])
+            try:
+                args.ranks = int(options[index + 1])
+            except (IndexError, ValueError):
+                parser.error(f"bench: {flag} needs a number of ranks")
             del options[index:index + 2]
     args.options = options
+    if args.ranks < 1:
+        parser.error(f"bench: -n {args.ranks} should be >= 1")
 
 
-def _run_bench(args):
-    _take_ranks_option(args)
+def _run_bench(parser, args):
+    _take_ranks_option(parser, args)
     module = BENCHMARKS[args.name]
     if args.name in SELF_LAUNCHING and not under_mpi_launcher():
         ranks = ",".join(str(n) for n in sorted({1, args.ranks}))
         return importlib.import_module(module).main(["--ranks", ranks, *args.options])
     if under_mpi_launcher() or args.ranks == 1:
         return importlib.import_module(module).main(args.options)
-    if args.ranks < 1:
-        raise SystemExit(f"hpcdist bench: -n {args.ranks} should be >= 1")
     command = [find_mpiexec(), "-n", str(args.ranks), sys.executable, "-m", module, *args.options]
     print("+ " + " ".join(command), flush=True)
     return subprocess.call(command, env=os.environ.copy())
@@ -114,9 +116,8 @@ def _relaunch(ranks, argv):
     return subprocess.call(command, env=os.environ.copy())
 
 
-def _run_train(parser, args):
-    if args.ranks is not None and args.ranks < 1:
-        parser.error(f"train: -n {args.ranks} should be >= 1")
+def _run_train(args):
+    check_train_arguments(args)
     if args.ranks and args.ranks > 1 and not under_mpi_launcher():
         argv = list(sys.argv[1:])
         for flag in ("-n", "--np"):
@@ -148,11 +149,11 @@ def main(argv=None):
     if args.command == "run":
         return _run_job(parser, args)
     if args.command == "train":
-        return _run_train(parser, args)
+        return _run_train(args)
     if args.command == "info":
         return run_info(args)
     if args.command == "bench":
-        return _run_bench(args)
+        return _run_bench(parser, args)
     raise AssertionError(args.command)  # argparse rejects unknown commands
 
 

@@ -20,7 +20,7 @@ from ..comm import allgather, allreduce, gather, init
 from ..data import load_digits, load_hdf5, make_blobs, make_classification
 from ..ml import KMeans, MLPClassifier, MLPRegressor, RandomForestClassifier, RandomForestRegressor
 
-__all__ = ["MODELS", "add_train_parser", "run_train"]
+__all__ = ["MODELS", "add_train_parser", "check_train_arguments", "run_train"]
 
 _HELD_OUT_EVERY = 5  # global rows with index % 5 == 4 are the test set
 
@@ -174,7 +174,20 @@ def add_train_parser(commands):
         run.add_argument("-n", "--np", type=int, default=None, dest="ranks",
                          help="ranks to start when not already under mpiexec/srun")
         add_options(model.add_argument_group(f"{name} hyper-parameters"))
+        model.set_defaults(model_parser=model)  # for check_train_arguments' messages
     return train
+
+
+def check_train_arguments(args):
+    """Usage errors that argparse cannot see alone, reported by the model's parser
+    (``args.model_parser``): printed once in an MPI job, exit status 2 on every rank."""
+    parser = args.model_parser
+    if args.ranks is not None and args.ranks < 1:
+        parser.error(f"-n {args.ranks} should be >= 1")
+    if args.data and not args.x:
+        parser.error("--data needs --x NAME (the features dataset)")
+    if args.data and not args.y and args.model != "kmeans":
+        parser.error("needs targets: pass --y NAME with --data")
 
 
 # -- data ------------------------------------------------------------------------------
@@ -192,8 +205,6 @@ def _held_out_split(X, y, ctx):
 def load_data(args, ctx):
     """This rank's train and test rows as ``(X, y, X_test, y_test)``."""
     if args.data:
-        if not args.x:
-            raise SystemExit("hpcdist train: --data needs --x NAME (the features dataset)")
         X = load_hdf5(args.data, args.x, ctx=ctx)
         y = load_hdf5(args.data, args.y, ctx=ctx) if args.y else None
         return _held_out_split(X, y, ctx)
@@ -263,8 +274,6 @@ def run_train(args):
         if ctx.rank == 0:
             print(f"hpcdist train {name}: {message}", file=sys.stderr, flush=True)
         return 2
-    if name != "kmeans" and y is None:
-        raise SystemExit(f"hpcdist train {name}: needs targets: pass --y NAME with --data")
     estimator = MODELS[name][2](args, y, ctx)
     checkpoint = None
     if args.checkpoint_dir:

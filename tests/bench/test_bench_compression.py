@@ -2,7 +2,7 @@
 
 Runs ``hpcdist.bench.compression`` under ``mpiexec -n 2`` on a small array in
 a child process and checks that the report covers every kernel, every
-compressor and the cost model.
+compressor and the cost model (``--no-plot`` accepted, as by every benchmark).
 """
 import json
 
@@ -15,7 +15,8 @@ pytestmark = pytest.mark.slow
 _JOB = """
 import sys
 from hpcdist.bench.compression import main
-sys.exit(main(["--elements", "8192", "--repetitions", "1", "--output-dir", "{output_dir}"]))
+sys.exit(main(["--elements", "8192", "--repetitions", "1", "--no-plot",
+               "--output-dir", "{output_dir}"]))
 """
 
 

@@ -64,8 +64,8 @@ def test_hdf5_data_each_rank_reads_its_rows_and_missing_names_are_clear(tmp_path
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(output.read_text())
     assert report["rows"] == 400 and report["test_rows"] == 100 and report["features"] == 6
-    missing_file = _train(["mlp", "--data", str(tmp_path / "nope.h5"), "--x", "X"], tmp_path,
-                          n=2)
+    missing_file = _train(["mlp", "--data", str(tmp_path / "nope.h5"), "--x", "X", "--y", "y"],
+                          tmp_path, n=2)
     assert missing_file.returncode == 2 and "no file" in missing_file.stderr
     missing_dataset = _train(["mlp", "--data", str(path), "--x", "Z", "--y", "y"], tmp_path,
                              n=2)

@@ -1,0 +1,29 @@
+"""Every benchmark takes the same common options (``--quick``, ``--no-plot``,
+``--output-dir``, ``--name``), as ``hpcdist bench NAME`` passes them on."""
+import importlib
+
+import pytest
+
+from hpcdist.cli.main import BENCHMARKS
+
+COMMON = ["--quick", "--no-plot", "--output-dir", "elsewhere", "--name", "trial"]
+
+
+def _parse(module, argv):
+    """The benchmark's parsed arguments (its own post-parse checks included)."""
+    parse = getattr(module, "_parse_args", None)
+    return parse(argv) if parse is not None else module._build_parser().parse_args(argv)
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_every_benchmark_takes_the_common_options(name):
+    args = _parse(importlib.import_module(BENCHMARKS[name]), COMMON)
+    assert args.quick and args.no_plot
+    assert str(args.output_dir) == "elsewhere" and args.name == "trial"
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_the_defaults_name_the_outputs_after_the_benchmark(name):
+    args = _parse(importlib.import_module(BENCHMARKS[name]), [])
+    assert not args.quick and not args.no_plot
+    assert args.name == name and str(args.output_dir) == "benchmarks/results"

@@ -4,15 +4,16 @@ Run under MPI with one thread per rank (the benchmark does not set these
 itself; they keep NumPy and torch from oversubscribing the cores)::
 
     export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 NUMBA_NUM_THREADS=1
-    mpiexec -n 2 python -m hpcdist.bench.collectives           # 8 B .. 64 MiB, 1-3 minutes
-    mpiexec -n 2 python -m hpcdist.bench.collectives --quick   # 4 sizes, < 20 s
+    mpiexec -n 2 python -m hpcdist.bench.collectives           # 8 B .. 64 MiB, 2-4 minutes
+    mpiexec -n 2 python -m hpcdist.bench.collectives --quick   # 4 sizes, < 30 s
     hpcdist bench collectives --sizes 8,64K,16M --repetitions 9
 
 Other work on the machine makes the numbers noisy (MPI ranks busy-poll, so a
 rank that loses its core stalls the others): the load average before and
 after is printed and kept in the JSON.
 
-Operations (float32 vectors; "size" is the bytes each rank contributes):
+Operations (float32 vectors; "size" is the bytes each rank contributes). Each
+baseline is the mpi4py code that does the same job with the same allocations:
 
 ``allreduce``
     ``hpcdist.allreduce(x)`` vs ``comm.Allreduce(x, np.empty_like(x))`` vs
@@ -23,10 +24,18 @@ Operations (float32 vectors; "size" is the bytes each rank contributes):
     grow, which does not change the speed).
 ``broadcast``
     ``hpcdist.broadcast(buf, root=0)`` vs ``comm.Bcast(buf, root=0)`` vs
-    ``dist.broadcast(buf_t, src=0)``, non-root ``buf`` preallocated.
+    ``dist.broadcast(buf_t, src=0)``, non-root ``buf`` preallocated (hpcdist
+    still sends a header, since receivers could have passed None).
 ``broadcast_known``
     The same with ``hpcdist.broadcast(buf, root=0, shape_known=True)``: every
     rank promises an array of the root's shape, so no header message.
+``broadcast_none``
+    ``hpcdist.broadcast(x if rank == 0 else None, root=0)``: receivers do not
+    know the shape and get a new array. mpi4py's form for that is
+    ``comm.bcast(x, root=0)`` (pickle); from 1 MiB up a second baseline,
+    ``pkl5``, is ``mpi4py.util.pkl5.Intracomm(comm).bcast(x, root=0)``
+    (pickle protocol 5, the array's buffer out of band). No gloo column: gloo's
+    receivers must know the shape.
 ``allgather``
     ``hpcdist.allgather(x, counts=[n] * size)`` vs
     ``comm.Allgather(x, np.empty(n * size))`` vs ``dist.all_gather_single``
@@ -38,11 +47,22 @@ Operations (float32 vectors; "size" is the bytes each rank contributes):
     else ``Allgatherv``. (With MPICH, ``Allgatherv`` is up to 2x slower than
     ``Allgather`` at large sizes, so always calling it would flatter
     hpcdist.) No gloo column: gloo needs equal sizes.
+``pingpong``
+    A round trip between ranks 0 and 1 (other ranks idle): rank 0
+    ``hpcdist.send(x, 1); hpcdist.recv(1, out=buf)``, rank 1 the mirror
+    (``recv`` then ``send`` back), self-describing messages (a header with
+    shape and dtype, the payload inside it up to hpcdist's inline threshold)
+    vs ``comm.Send(x, 1); comm.Recv(buf, 1)`` and its mirror. Times are per
+    round trip, two calls on each rank. Needs 2 ranks.
+``pingpong_known``
+    The same with ``shape_known=True`` on ``send`` and ``recv`` (the raw
+    buffer alone, one ``Send``/``Recv``), vs the same ``Send``/``Recv``.
 
-The mpi4py baseline runs on ``MPI.COMM_WORLD.Dup()`` (same MPI library,
-separate communicator); barriers and timing reductions run on another
-duplicate. torch tensors share memory with the NumPy buffers
-(``torch.from_numpy``); gloo is left out when torch cannot be imported.
+The mpi4py baselines run on ``MPI.COMM_WORLD.Dup()`` (same MPI library,
+separate communicator; the pkl5 communicator wraps it); barriers and timing
+reductions run on another duplicate. torch tensors share memory with the
+NumPy buffers (``torch.from_numpy``); gloo is left out when torch cannot be
+imported.
 
 Timing: per (operation, size), each implementation's result is checked once,
 then it is warmed up and timed in R repetitions. A repetition runs every
@@ -50,14 +70,23 @@ implementation once, one after another (the first one rotates between
 repetitions): a barrier, then a batch of k calls, k chosen per implementation
 on rank 0 so a batch lasts about ``--batch-ms``, and broadcast. A
 repetition's time is the per-call time of the slowest rank. Reported: the
-median over repetitions and the ratios hpcdist/mpi4py and hpcdist/gloo of the
-medians. The JSON also keeps every repetition, the minimums, the ratio of the
+median over repetitions, the ratios hpcdist/baseline of the medians and
+hpcdist's overhead per call: its median minus the baseline's, in
+microseconds, divided by the calls each rank makes (2 for a ping-pong round
+trip). The JSON also keeps every repetition, the minimums, the ratio of the
 minimums and the median of the per-repetition ratios, which are less
 sensitive to other load.
 
-Output: a table on rank 0, ``<output-dir>/<name>.json`` (machine, settings,
-every repetition, medians, ratios, summary) and ``<output-dir>/<name>.png``
-(time and ratios against size; skipped when matplotlib is missing).
+Targets (:data:`TARGETS`, set for 2 ranks): below 64 KiB a bound on the
+overhead per call, from 64 KiB up a bound on the ratio, and for
+``broadcast_none`` a ratio at every size. Each one is judged on the worst row
+of its size band; '!' marks the misses in the table, and the summary lists
+every target with its worst row.
+
+Output: a table on rank 0, ``<output-dir>/<name>.json`` (machine, settings
+with the targets, every repetition, medians, ratios, overheads, summary) and
+``<output-dir>/<name>.png`` (time, ratios and overheads against size;
+skipped when matplotlib is missing).
 """
 
 from __future__ import annotations
@@ -71,11 +100,11 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from ..comm import allgather, allreduce, broadcast, init
+from ..comm import allgather, allreduce, broadcast, init, recv, send
 from ..comm.mpi import MPI
 from .common import (
     KIB,
@@ -88,11 +117,13 @@ from .common import (
     write_report,
 )
 
-__all__ = ["main", "OPERATIONS"]
+__all__ = ["main", "OPERATIONS", "TARGETS", "Target", "judge_targets"]
 
-OPERATIONS = ("allreduce", "allreduce_out", "broadcast", "broadcast_known", "allgather",
-              "allgather_uneven")
-IMPLEMENTATIONS = ("hpcdist", "mpi4py", "gloo")
+OPERATIONS = ("allreduce", "allreduce_out", "broadcast", "broadcast_known", "broadcast_none",
+              "allgather", "allgather_uneven", "pingpong", "pingpong_known")
+BASELINES = ("mpi4py", "pkl5", "gloo")
+IMPLEMENTATIONS = ("hpcdist",) + BASELINES
+PINGPONGS = ("pingpong", "pingpong_known")  # between ranks 0 and 1; need 2 ranks
 
 DEFAULT_SIZES = (8,) + tuple(4**k for k in range(3, 14))  # 8 B, 64 B, 256 B, ..., 64 MiB
 QUICK_SIZES = (8, KIB, 64 * KIB, MIB)
@@ -103,10 +134,74 @@ QUICK_BATCH_MS = 2.0
 MAX_ITERATIONS = 200_000  # cap on k, the calls per timed batch
 WARMUP_CALLS = 3
 
-LARGE_MESSAGE = 64 * KIB  # where the hpcdist/mpi4py target changes
-TARGET_LARGE = 1.05  # hpcdist/mpi4py from LARGE_MESSAGE up
-TARGET_SMALL = 1.5  # hpcdist/mpi4py below LARGE_MESSAGE
-TARGET_GLOO = 1.0  # hpcdist/gloo must stay below this at every size
+LARGE_MESSAGE = 64 * KIB  # where the targets change from overhead per call to ratio
+PKL5_FROM = MIB  # the pkl5 baseline of broadcast_none runs from this size up
+
+
+class Target(NamedTuple):
+    """One target: hpcdist's ``measure`` against ``baseline`` stays within ``limit``.
+
+    Attributes
+    ----------
+    operation : str
+        One of :data:`OPERATIONS`.
+    baseline : str
+        One of :data:`BASELINES`.
+    sizes : tuple of (int, int or None)
+        The band of sizes it applies to, ``[low, high)`` in bytes per rank;
+        ``high=None`` has no upper end.
+    measure : {"overhead_us", "ratio"}
+        hpcdist's median minus the baseline's in microseconds per call, or
+        hpcdist's median over the baseline's.
+    limit : float
+        The worst row of the band must be at most ``limit`` (below it when
+        ``strict``).
+    strict : bool, default=False
+    """
+
+    operation: str
+    baseline: str
+    sizes: tuple
+    measure: str
+    limit: float
+    strict: bool = False
+
+
+# the size bands of the targets, [low, high) in bytes per rank
+BELOW_LARGE = (0, LARGE_MESSAGE)
+FROM_LARGE = (LARGE_MESSAGE, None)
+FROM_PKL5 = (PKL5_FROM, None)
+EVERY_SIZE = (0, None)
+
+#: the targets of issue #28, at 2 ranks: one row per operation, baseline and band of sizes
+TARGETS = (
+    #      operation           baseline  sizes        measure        limit
+    Target("allreduce",        "mpi4py", BELOW_LARGE, "overhead_us", 0.4),
+    Target("allreduce",        "mpi4py", FROM_LARGE,  "ratio",       1.05),
+    Target("allreduce_out",    "mpi4py", BELOW_LARGE, "overhead_us", 0.4),
+    Target("allreduce_out",    "mpi4py", FROM_LARGE,  "ratio",       1.05),
+    Target("broadcast",        "mpi4py", BELOW_LARGE, "overhead_us", 1.0),
+    Target("broadcast",        "mpi4py", FROM_LARGE,  "ratio",       1.05),
+    Target("broadcast_known",  "mpi4py", BELOW_LARGE, "overhead_us", 0.4),
+    Target("broadcast_known",  "mpi4py", FROM_LARGE,  "ratio",       1.05),
+    Target("broadcast_none",   "mpi4py", EVERY_SIZE,  "ratio",       1.0),
+    Target("broadcast_none",   "pkl5",   FROM_PKL5,   "ratio",       1.05),
+    Target("allgather",        "mpi4py", BELOW_LARGE, "overhead_us", 0.4),
+    Target("allgather",        "mpi4py", FROM_LARGE,  "ratio",       1.05),
+    Target("allgather_uneven", "mpi4py", BELOW_LARGE, "overhead_us", 1.0),
+    Target("allgather_uneven", "mpi4py", FROM_LARGE,  "ratio",       1.05),
+    Target("pingpong",         "mpi4py", BELOW_LARGE, "overhead_us", 2.0),
+    Target("pingpong",         "mpi4py", FROM_LARGE,  "ratio",       1.10),
+    Target("pingpong_known",   "mpi4py", BELOW_LARGE, "overhead_us", 0.4),
+    Target("pingpong_known",   "mpi4py", FROM_LARGE,  "ratio",       1.05),
+    # hpcdist stays faster than torch.distributed with gloo (where torch is installed)
+    Target("allreduce",        "gloo",   EVERY_SIZE,  "ratio",       1.0, strict=True),
+    Target("allreduce_out",    "gloo",   EVERY_SIZE,  "ratio",       1.0, strict=True),
+    Target("broadcast",        "gloo",   EVERY_SIZE,  "ratio",       1.0, strict=True),
+    Target("broadcast_known",  "gloo",   EVERY_SIZE,  "ratio",       1.0, strict=True),
+    Target("allgather",        "gloo",   EVERY_SIZE,  "ratio",       1.0, strict=True),
+)
+TARGET_RANKS = 2  # the rank count the targets are set for
 
 DTYPE = np.float32
 ITEMSIZE = np.dtype(DTYPE).itemsize
@@ -133,6 +228,12 @@ CALLS = {
         "mpi4py": "comm.Bcast(buf, root=0)",
         "gloo": "dist.broadcast(buf_t, src=0)",
     },
+    "broadcast_none": {
+        "hpcdist": "hpcdist.broadcast(x if rank == 0 else None, root=0)",
+        "mpi4py": "comm.bcast(x if rank == 0 else None, root=0)  # pickle",
+        "pkl5": f"pkl5.Intracomm(comm).bcast(x if rank == 0 else None, root=0)  "
+                f"# from {format_size(PKL5_FROM)}",
+    },
     "allgather": {
         "hpcdist": "hpcdist.allgather(x, counts=[n] * size)",
         "mpi4py": "comm.Allgather(x, np.empty(n * size))",
@@ -143,7 +244,20 @@ CALLS = {
         "mpi4py": "comm.Allgather(n, counts); out = np.empty(sum(counts)); "
                   "comm.Allgather(x, out) if the counts are equal else Allgatherv",
     },
+    "pingpong": {
+        "hpcdist": "rank 0: hpcdist.send(x, 1); hpcdist.recv(1, out=buf)  "
+                   "rank 1: hpcdist.recv(0, out=buf); hpcdist.send(buf, 0)",
+        "mpi4py": "rank 0: comm.Send(x, 1); comm.Recv(buf, 1)  "
+                  "rank 1: comm.Recv(buf, 0); comm.Send(buf, 0)",
+    },
+    "pingpong_known": {
+        "hpcdist": "the same with shape_known=True on send and recv",
+        "mpi4py": "rank 0: comm.Send(x, 1); comm.Recv(buf, 1)  "
+                  "rank 1: comm.Recv(buf, 0); comm.Send(buf, 0)",
+    },
 }
+#: calls each rank makes per timed unit, where not 1 (the overhead is per call)
+CALLS_PER_ROUND = {"pingpong": 2, "pingpong_known": 2}
 
 
 @dataclass
@@ -156,12 +270,15 @@ class Backends:
         ``MPI.COMM_WORLD.Dup()`` for the mpi4py baseline.
     ctrl : mpi4py.MPI.Comm
         Another duplicate, for barriers and timing reductions.
+    pkl5 : mpi4py.util.pkl5.Intracomm
+        ``pkl5.Intracomm(comm)``, built once, for the pkl5 baseline.
     torch, dist : module or None
         ``torch`` and ``torch.distributed`` with a gloo group started, or None.
     """
 
     comm: Any
     ctrl: Any
+    pkl5: Any
     torch: Any = None
     dist: Any = None
 
@@ -205,9 +322,10 @@ def _operation_list(text: str) -> list[str]:
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hpcdist bench collectives",
-        description="Time hpcdist's allreduce, broadcast and allgather against raw mpi4py and "
-                    "torch.distributed (gloo), interleaved on the same buffers. Run it under "
-                    "mpiexec, with OMP_NUM_THREADS=1.")
+        description="Time hpcdist's allreduce, broadcast, allgather and send/recv against the "
+                    "mpi4py code doing the same job and torch.distributed (gloo), interleaved "
+                    "on the same buffers, and judge the targets. Run it under mpiexec, with "
+                    "OMP_NUM_THREADS=1.")
     parser.add_argument(
         "--sizes", type=_size_list,
         help="comma list of bytes per rank, suffixes K, M, G for KiB, MiB, GiB "
@@ -258,7 +376,8 @@ def _repetitions(args: argparse.Namespace) -> int:
 
 # -- operations -----------------------------------------------------------------------------
 # A builder returns (implementations, expected): name -> zero-argument callable
-# returning the result, and the result every rank should get.
+# returning the result, and the result this rank should get (None: nothing to check
+# here, as on the ranks a ping-pong leaves idle).
 
 def _local_vector(n: int, rank: int) -> np.ndarray:
     """Rank-dependent small integers as float32, so that sums are exact."""
@@ -324,6 +443,15 @@ def _build_broadcast(b: Backends, n: int, **options):
     return impls, _local_vector(n, 0)
 
 
+def _build_broadcast_none(b: Backends, n: int):
+    x = _local_vector(n, 0) if b.rank == 0 else None
+    impls = {"hpcdist": lambda: broadcast(x, root=0),
+             "mpi4py": lambda: b.comm.bcast(x, root=0)}
+    if n * ITEMSIZE >= PKL5_FROM:
+        impls["pkl5"] = lambda: b.pkl5.bcast(x, root=0)
+    return impls, _local_vector(n, 0)
+
+
 def _build_allgather(b: Backends, n: int):
     x = _local_vector(n, b.rank)
     counts = [n] * b.size
@@ -365,13 +493,48 @@ def _build_allgather_uneven(b: Backends, n: int):
     return impls, _gathered(n, b.size)
 
 
+def _build_pingpong(b: Backends, n: int, **options):
+    """Round trips between ranks 0 and 1; ``options`` go to hpcdist's send and recv.
+
+    Each implementation has its own receive buffer, so that checking one
+    result does not see another's.
+    """
+    if b.rank > 1:
+        return {"hpcdist": lambda: None, "mpi4py": lambda: None}, None
+    x = _local_vector(n, 0)
+    hpcdist_buf, mpi4py_buf = np.zeros(n, dtype=DTYPE), np.zeros(n, dtype=DTYPE)
+    if b.rank == 0:
+        def hpcdist_pingpong():
+            send(x, 1, **options)
+            return recv(1, out=hpcdist_buf, **options)
+
+        def mpi4py_pingpong():
+            b.comm.Send(x, 1)
+            b.comm.Recv(mpi4py_buf, 1)
+            return mpi4py_buf
+    else:
+        def hpcdist_pingpong():
+            echo = recv(0, out=hpcdist_buf, **options)
+            send(echo, 0, **options)
+            return echo
+
+        def mpi4py_pingpong():
+            b.comm.Recv(mpi4py_buf, 0)
+            b.comm.Send(mpi4py_buf, 0)
+            return mpi4py_buf
+    return {"hpcdist": hpcdist_pingpong, "mpi4py": mpi4py_pingpong}, x
+
+
 BUILDERS: dict[str, Callable] = {
     "allreduce": _build_allreduce,
     "allreduce_out": _build_allreduce_out,
     "broadcast": _build_broadcast,
     "broadcast_known": functools.partial(_build_broadcast, shape_known=True),
+    "broadcast_none": _build_broadcast_none,
     "allgather": _build_allgather,
     "allgather_uneven": _build_allgather_uneven,
+    "pingpong": _build_pingpong,
+    "pingpong_known": functools.partial(_build_pingpong, shape_known=True),
 }
 
 
@@ -391,10 +554,14 @@ def _batch_time(fn: Callable[[], Any], k: int, ctrl) -> float:
     return max(ctrl.allgather(per_call))
 
 
-def _verify(fn: Callable[[], Any], expected: np.ndarray, ctrl) -> bool:
-    """Call ``fn`` once; True on every rank when every rank got ``expected``."""
-    result = np.asarray(fn())
-    ok = result.shape == expected.shape and bool(np.array_equal(result, expected))
+def _verify(fn: Callable[[], Any], expected: np.ndarray | None, ctrl) -> bool:
+    """Call ``fn`` once; True on every rank when every rank got its ``expected``.
+
+    A rank whose ``expected`` is None only makes the call.
+    """
+    result = fn()
+    ok = expected is None or (np.shape(result) == expected.shape
+                              and bool(np.array_equal(result, expected)))
     return all(ctrl.allgather(ok))
 
 
@@ -446,20 +613,27 @@ def _measure(impls: dict, repetitions: int, target_s: float, ctrl):
 def _ratios(times: dict[str, float]) -> dict[str, float]:
     """hpcdist's time over each baseline's: ``{"hpcdist/mpi4py": r, "hpcdist/gloo": r}``."""
     return {f"hpcdist/{base}": times["hpcdist"] / times[base]
-            for base in ("mpi4py", "gloo") if base in times}
+            for base in BASELINES if base in times}
 
 
 def _paired_ratios(times: dict[str, list[float]]) -> dict[str, float]:
     """Median over repetitions of hpcdist's time over each baseline's in the same one."""
     return {f"hpcdist/{base}": float(np.median(np.divide(times["hpcdist"], times[base])))
-            for base in ("mpi4py", "gloo") if base in times}
+            for base in BASELINES if base in times}
+
+
+def _overheads(times_us: dict[str, float], calls: int) -> dict[str, float]:
+    """hpcdist's time minus each baseline's, per call: ``{"mpi4py": us, "gloo": us}``."""
+    return {base: (times_us["hpcdist"] - times_us[base]) / calls
+            for base in BASELINES if base in times_us}
 
 
 def _run_case(b: Backends, operation: str, size: int, args: argparse.Namespace) -> dict:
     """Check and time one (operation, size); returns its JSON record."""
     n = size // ITEMSIZE
     impls, expected = BUILDERS[operation](b, n)
-    verified = {name: _verify(impls[name], expected, b.ctrl) for name in ("hpcdist", "mpi4py")}
+    verified = {name: _verify(fn, expected, b.ctrl) for name, fn in impls.items()
+                if name != "gloo"}  # gloo's in-place calls return nothing to check
     repetitions = _repetitions(args)
     k, times = _measure(impls, repetitions, args.batch_ms / 1e3, b.ctrl)
     times_us = {name: [t * 1e6 for t in values] for name, values in times.items()}
@@ -471,80 +645,148 @@ def _run_case(b: Backends, operation: str, size: int, args: argparse.Namespace) 
         "median_us": medians, "min_us": minimums, "times_us": times_us,
         "ratio": _ratios(medians), "ratio_of_minimums": _ratios(minimums),
         "ratio_paired": _paired_ratios(times),
+        "overhead_us": _overheads(medians, CALLS_PER_ROUND.get(operation, 1)),
     }
+
+
+# -- targets --------------------------------------------------------------------------------
+
+def _measured(record: dict, baseline: str, measure: str) -> float | None:
+    """A record's ratio or overhead against ``baseline``; None where it has no such column."""
+    if measure == "ratio":
+        return record["ratio"].get(f"hpcdist/{baseline}")
+    return record["overhead_us"].get(baseline)
+
+
+def _in_band(size: int, sizes: tuple) -> bool:
+    low, high = sizes
+    return size >= low and (high is None or size < high)
+
+
+def _meets(target: Target, value: float) -> bool:
+    return value < target.limit if target.strict else value <= target.limit
+
+
+def _judged_values(operation: str, records: list[dict]):
+    """``(target, value, size)`` for each target of ``operation`` and each record it judges."""
+    for target in TARGETS:
+        if target.operation != operation:
+            continue
+        for record in records:
+            value = _measured(record, target.baseline, target.measure)
+            if value is not None and _in_band(record["size_bytes"], target.sizes):
+                yield target, value, record["size_bytes"]
+
+
+def judge_targets(operations: dict) -> dict:
+    """Judge every target of :data:`TARGETS` on the worst row of its band of sizes.
+
+    Parameters
+    ----------
+    operations : dict
+        Operation name -> ``{"results": [record, ...]}``, a record holding
+        ``size_bytes``, ``ratio`` (``{"hpcdist/mpi4py": r, ...}``) and
+        ``overhead_us`` (``{"mpi4py": us, ...}``), as the benchmark writes them.
+
+    Returns
+    -------
+    dict
+        Operation name -> one entry per target of that operation: the
+        target's fields, ``worst`` (the largest value in its band, None when
+        no row has its baseline there), ``at_size_bytes`` and ``status``
+        (``"PASS"``, ``"MISS"`` or ``"n/a"``).
+    """
+    summary = {}
+    for operation, entry in operations.items():
+        found = {target: [] for target in TARGETS if target.operation == operation}
+        for target, value, size in _judged_values(operation, entry["results"]):
+            found[target].append((value, size))
+        summary[operation] = []
+        for target, values in found.items():
+            worst, at = max(values) if values else (None, None)
+            status = "n/a" if worst is None else "PASS" if _meets(target, worst) else "MISS"
+            summary[operation].append({**target._asdict(), "worst": worst, "at_size_bytes": at,
+                                       "status": status})
+    return summary
+
+
+def _misses(operation: str, record: dict) -> set[tuple[str, str]]:
+    """``(baseline, measure)`` of each target this record misses (the table's '!')."""
+    return {(target.baseline, target.measure)
+            for target, value, _ in _judged_values(operation, [record])
+            if not _meets(target, value)}
 
 
 # -- report ---------------------------------------------------------------------------------
 
-def _target(size: int) -> float:
-    return TARGET_LARGE if size >= LARGE_MESSAGE else TARGET_SMALL
+def _baselines(operation: str, gloo: bool) -> list[str]:
+    """The baselines the table shows for ``operation``."""
+    return [name for name in CALLS[operation] if name != "hpcdist" and (gloo or name != "gloo")]
 
 
-def _header(operation: str, gloo: bool) -> str:
-    calls = "\n".join(f"  {name:8s} {call}" for name, call in CALLS[operation].items()
-                      if gloo or name != "gloo")
-    columns = (f"{'size':>8} {'hpcdist us':>12} {'mpi4py us':>12} {'ratio':>7}  "
-               f"{'gloo us':>12} {'ratio':>7}")
+def _header(operation: str, baselines: list[str]) -> str:
+    calls = "\n".join(f"  {name:8s} {CALLS[operation][name]}" for name in ["hpcdist"] + baselines)
+    columns = f"{'size':>8} {'hpcdist us':>12}" + "".join(
+        f" {name + ' us':>12} {'ratio':>7}  {'+us/call':>9} " for name in baselines)
     return f"\n{operation}:\n{calls}\n{columns}"
 
 
-def _cell(time_us: float | None, ratio: float | None, missed: bool) -> str:
-    if ratio is None:
-        return f"{'-':>12} {'-':>7} "
-    return f"{time_us:12.2f} {ratio:7.3f}{'!' if missed else ' '}"
+def _cell(record: dict, baseline: str, missed: set[tuple[str, str]]) -> str:
+    """Baseline's time, ratio and hpcdist's overhead per call; '!' after a missed one."""
+    if baseline not in record["median_us"]:
+        return f" {'-':>12} {'-':>7}  {'-':>9} "
+    ratio, overhead = (f"{_measured(record, baseline, measure):{spec}}"
+                       + ("!" if (baseline, measure) in missed else " ")
+                       for measure, spec in (("ratio", "7.3f"), ("overhead_us", "+9.2f")))
+    return f" {record['median_us'][baseline]:12.2f} {ratio} {overhead}"
 
 
-def _row(record: dict) -> str:
-    """One table line: size, hpcdist, mpi4py and ratio, gloo and ratio; '!' = missed."""
-    med, ratio, size = record["median_us"], record["ratio"], record["size_bytes"]
-    vs_mpi, vs_gloo = ratio["hpcdist/mpi4py"], ratio.get("hpcdist/gloo")
-    text = (f"{format_size(size):>8} {med['hpcdist']:12.2f} "
-            + _cell(med["mpi4py"], vs_mpi, vs_mpi > _target(size)) + " "
-            + _cell(med.get("gloo"), vs_gloo, vs_gloo is not None and vs_gloo >= TARGET_GLOO))
+def _row(operation: str, record: dict, baselines: list[str]) -> str:
+    """One table line: size, hpcdist's time, then time, ratio and overhead per baseline."""
+    missed = _misses(operation, record)
+    text = f"{format_size(record['size_bytes']):>8} {record['median_us']['hpcdist']:12.2f}"
+    text += "".join(_cell(record, baseline, missed) for baseline in baselines)
     wrong = [name for name, ok in record["verified"].items() if not ok]
     return text + (f"  WRONG RESULT: {', '.join(wrong)}" if wrong else "")
 
 
-#: summary bands: (ratio, sizes included, target, whether the target may be reached)
-BANDS = {
-    "small": ("hpcdist/mpi4py", lambda size: size < LARGE_MESSAGE, TARGET_SMALL, True),
-    "large": ("hpcdist/mpi4py", lambda size: size >= LARGE_MESSAGE, TARGET_LARGE, True),
-    "gloo": ("hpcdist/gloo", lambda size: True, TARGET_GLOO, False),
-}
+MEASURE_LABELS = {"ratio": "ratio", "overhead_us": "+us/call"}
 
 
-def _band_summary(records: list[dict], band: str) -> dict:
-    """Worst ratio of one band of sizes against its target, with PASS/MISS/n/a."""
-    key, keep, target, inclusive = BANDS[band]
-    found = [(r["ratio"][key], r["size_bytes"]) for r in records
-             if key in r["ratio"] and keep(r["size_bytes"])]
-    if not found:
-        return {"ratio": key, "target": target, "worst": None, "at_size_bytes": None,
-                "status": "n/a"}
-    worst, at = max(found)
-    passed = worst <= target if inclusive else worst < target
-    return {"ratio": key, "target": target, "worst": worst, "at_size_bytes": at,
-            "status": "PASS" if passed else "MISS"}
+def _band_text(sizes: tuple) -> str:
+    """``(0, 65536)`` as ``"< 64 KiB"``, ``(65536, None)`` as ``">= 64 KiB"``."""
+    low, high = sizes
+    if high is None:
+        return "every size" if low == 0 else f">= {format_size(low)}"
+    return f"< {format_size(high)}" if low == 0 else f"{format_size(low)} - {format_size(high)}"
 
 
-def _summarize(operations: dict) -> dict:
-    return {operation: {band: _band_summary(entry["results"], band) for band in BANDS}
-            for operation, entry in operations.items()}
+def _judgement_line(operation: str, judged: dict) -> str:
+    """One judged target: operation, baseline, sizes, measure, limit, worst row, status."""
+    limit = f"{'<' if judged['strict'] else '<='} {judged['limit']:g}"
+    value = format(judged["worst"], ".3f" if judged["measure"] == "ratio" else "+.2f")
+    worst = f"{value} @ {format_size(judged['at_size_bytes'])}"
+    return (f"{operation:<18} {judged['baseline']:<7} {_band_text(judged['sizes']):<11} "
+            f"{MEASURE_LABELS[judged['measure']]:<9} {limit:<7} {worst:>17}  "
+            f"{judged['status']}")
 
 
-def _summary_text(summary: dict) -> str:
-    large = format_size(LARGE_MESSAGE)
-    lines = [f"\nSummary: worst ratio per operation against the targets (hpcdist/mpi4py <= "
-             f"{TARGET_SMALL} below {large}, <= {TARGET_LARGE} from {large} up; "
-             f"hpcdist/gloo < {TARGET_GLOO:g} at every size)",
-             f"{'operation':<18} {'< 64 KiB vs mpi4py':>26} {'>= 64 KiB vs mpi4py':>26} "
-             f"{'all sizes vs gloo':>26}"]
-    for operation, bands in summary.items():
-        cells = ["n/a" if c["worst"] is None else
-                 f"{c['worst']:.3f} @ {format_size(c['at_size_bytes'])} {c['status']}"
-                 for c in bands.values()]
-        lines.append(f"{operation:<18} " + " ".join(f"{c:>26}" for c in cells))
-    misses = sum(c["status"] == "MISS" for bands in summary.values() for c in bands.values())
+def _summary_text(summary: dict, ranks: int) -> str:
+    here = "" if ranks == TARGET_RANKS else f"; this run has {ranks}"
+    lines = [f"\nSummary: each target against the worst row of its sizes (targets set for "
+             f"{TARGET_RANKS} ranks{here}; +us/call: hpcdist's median minus the baseline's, "
+             f"per call, in microseconds)",
+             f"{'operation':<18} {'vs':<7} {'sizes':<11} {'measure':<9} {'target':<7} "
+             f"{'worst':>17}  status"]
+    judged = [(operation, entry) for operation, targets in summary.items() for entry in targets]
+    lines += [_judgement_line(operation, entry) for operation, entry in judged
+              if entry["status"] != "n/a"]
+    unjudged = [f"{operation} vs {entry['baseline']} {_band_text(entry['sizes'])}"
+                for operation, entry in judged if entry["status"] == "n/a"]
+    if unjudged:
+        lines.append(f"not judged (no row with that baseline in those sizes): "
+                     f"{', '.join(unjudged)}")
+    misses = sum(entry["status"] == "MISS" for _, entry in judged)
     lines.append("All targets met." if not misses
                  else f"{misses} target(s) missed ('!' marks the rows above).")
     return "\n".join(lines)
@@ -565,9 +807,11 @@ def _settings(args: argparse.Namespace) -> dict:
         "timing": "per repetition and implementation: barrier, batch of k calls (k per "
                   "implementation), per-call time of the slowest rank; implementations "
                   "interleaved, the first one rotating; medians over repetitions",
-        "targets": {"hpcdist/mpi4py below 64 KiB": TARGET_SMALL,
-                    "hpcdist/mpi4py from 64 KiB": TARGET_LARGE,
-                    "hpcdist/gloo": f"< {TARGET_GLOO:g}"},
+        "overhead": "hpcdist's median minus the baseline's, in microseconds, per call (a "
+                    "ping-pong round trip is 2 calls on each rank)",
+        "targets_ranks": TARGET_RANKS,
+        "targets": [{**target._asdict(), "sizes_text": _band_text(target.sizes)}
+                    for target in TARGETS],
     }
 
 
@@ -583,58 +827,88 @@ def _size_axis(ax, sizes: list[int]) -> None:
 
 
 def _plot_times(ax, entry: dict, sizes: list[int]) -> None:
+    """Median time of each implementation against size (pkl5 from 1 MiB only)."""
     for name in entry["implementations"]:
-        ax.plot(sizes, [r["median_us"][name] for r in entry["results"]], "o-", ms=3,
-                label=name)
+        points = [(r["size_bytes"], r["median_us"][name]) for r in entry["results"]
+                  if name in r["median_us"]]
+        ax.plot(*zip(*points), "o-", ms=3, label=name)
     ax.set_yscale("log")
     _size_axis(ax, sizes)
     ax.legend(fontsize="small")
 
 
-def _plot_ratio(ax, entry: dict, sizes: list[int], key: str) -> None:
-    """One ratio against size, with its target dotted in red."""
-    points = [(r["size_bytes"], r["ratio"][key]) for r in entry["results"] if key in r["ratio"]]
-    if not points:
-        ax.text(0.5, 0.5, f"no {key.split('/')[1]} baseline", ha="center", va="center",
+COLORS = {"mpi4py": "tab:blue", "pkl5": "tab:orange", "gloo": "tab:green"}
+
+
+def _plot_targets(ax, operation: str, measure: str, baselines: tuple, sizes: list[int]) -> None:
+    """The targets of ``operation`` on ``measure`` against ``baselines``, dotted in red."""
+    label = "target"
+    for target in TARGETS:
+        if (target.operation, target.measure) != (operation, measure) \
+                or target.baseline not in baselines:
+            continue
+        low, high = target.sizes
+        start, end = max(sizes[0], low), sizes[-1] if high is None else min(sizes[-1], high)
+        if start <= end:
+            ax.hlines(target.limit, start, end, colors="red", linestyles=":", label=label)
+            label = None
+
+
+def _plot_measure(ax, operation: str, entry: dict, sizes: list[int], measure: str,
+                  baselines: tuple) -> None:
+    """hpcdist's ratio or overhead against each baseline and size, with the targets."""
+    plotted = False
+    for baseline in baselines:
+        points = [(r["size_bytes"], value) for r in entry["results"]
+                  if (value := _measured(r, baseline, measure)) is not None]
+        if points:
+            ax.plot(*zip(*points), "o-", ms=3, label=f"vs {baseline}", color=COLORS[baseline])
+            plotted = True
+    if not plotted:
+        ax.text(0.5, 0.5, f"no {' or '.join(baselines)} baseline", ha="center", va="center",
                 transform=ax.transAxes)
         ax.set_xticks([])
         ax.set_yticks([])
         return
-    ax.plot(*zip(*points), "o-", ms=3, label=key,
-            color="tab:green" if key.endswith("gloo") else "tab:blue")
-    lo, hi = sizes[0], sizes[-1]
-    if key.endswith("gloo"):
+    _plot_targets(ax, operation, measure, baselines, sizes)
+    if measure == "overhead_us":
+        ax.set_yscale("symlog", linthresh=1.0)  # microseconds below 64 KiB, more above
+        ax.axhline(0.0, color="gray", lw=0.8)
+    elif "gloo" in baselines:
         ax.set_yscale("log")
-        ax.axhline(TARGET_GLOO, color="red", ls=":", label="target")
     else:
-        if lo < LARGE_MESSAGE:
-            ax.hlines(TARGET_SMALL, lo, min(hi, LARGE_MESSAGE), colors="red", linestyles=":",
-                      label="target")
-        if hi >= LARGE_MESSAGE:
-            ax.hlines(TARGET_LARGE, max(lo, LARGE_MESSAGE), hi, colors="red", linestyles=":")
         ax.axhline(1.0, color="gray", lw=0.8)
     _size_axis(ax, sizes)
     ax.legend(fontsize="small")
 
 
+#: the plot's rows below the times: (measure, baselines, y label)
+PLOT_ROWS = (("ratio", ("mpi4py", "pkl5"), "hpcdist / baseline"),
+             ("overhead_us", ("mpi4py", "pkl5"), "hpcdist - baseline (us per call)"),
+             ("ratio", ("gloo",), "hpcdist / gloo"))
+
+
 def _plot(report: dict, path: Path) -> bool:
-    """Time and ratios against size, one column per operation; False without matplotlib."""
+    """Time, ratios and overheads against size, one column per operation.
+
+    Returns False (and writes nothing) without matplotlib.
+    """
     plt = pyplot()
     if plt is None:
         return False
     operations = report["operations"]
-    fig, axes = plt.subplots(3, len(operations), figsize=(4.2 * len(operations), 10),
-                             squeeze=False)
+    fig, axes = plt.subplots(1 + len(PLOT_ROWS), len(operations),
+                             figsize=(4.2 * len(operations), 13), squeeze=False)
     for col, (operation, entry) in enumerate(operations.items()):
         sizes = [r["size_bytes"] for r in entry["results"]]
         _plot_times(axes[0, col], entry, sizes)
-        _plot_ratio(axes[1, col], entry, sizes, "hpcdist/mpi4py")
-        _plot_ratio(axes[2, col], entry, sizes, "hpcdist/gloo")
+        for row, (measure, baselines, _) in enumerate(PLOT_ROWS, start=1):
+            _plot_measure(axes[row, col], operation, entry, sizes, measure, baselines)
         axes[0, col].set_title(operation)
-        axes[2, col].set_xlabel("bytes per rank")
-    axes[0, 0].set_ylabel("median time per call (us)")
-    axes[1, 0].set_ylabel("hpcdist / mpi4py")
-    axes[2, 0].set_ylabel("hpcdist / gloo")
+        axes[-1, col].set_xlabel("bytes per rank")
+    axes[0, 0].set_ylabel("median time per call (us;\nping-pong: per round trip)")
+    for row, (_, _, label) in enumerate(PLOT_ROWS, start=1):
+        axes[row, 0].set_ylabel(label)
     machine = report["machine"]
     fig.suptitle(f"hpcdist collectives: {machine['ranks']} ranks on {machine['hostname']} "
                  f"({machine['cpu_count']} cores), {machine['mpi_library']}, {machine['date']}")
@@ -654,20 +928,39 @@ def _run(b: Backends, args: argparse.Namespace) -> dict:
     """Measure every requested operation and size; rank 0 prints rows as they come."""
     operations = {}
     for operation in args.operations:
+        if operation in PINGPONGS and b.size < 2:
+            if b.rank == 0:
+                print(f"\n{operation}: skipped (a ping-pong needs 2 ranks)", flush=True)
+            continue
+        baselines = _baselines(operation, gloo=b.dist is not None)
         if b.rank == 0:
-            print(_header(operation, gloo=b.dist is not None), flush=True)
+            print(_header(operation, baselines), flush=True)
         records = []
         for size in args.sizes:
             records.append(_run_case(b, operation, size, args))
             if b.rank == 0:
-                print(_row(records[-1]), flush=True)
-        implementations = list(records[0]["median_us"]) if records else []
+                print(_row(operation, records[-1], baselines), flush=True)
+        implementations = [name for name in IMPLEMENTATIONS
+                           if any(name in record["median_us"] for record in records)]
         operations[operation] = {
             "implementations": implementations,
             "calls": {name: CALLS[operation][name] for name in implementations},
             "results": records,
         }
     return operations
+
+
+def _pkl5_intracomm(comm):
+    """``mpi4py.util.pkl5.Intracomm(comm)``, the communicator of the pkl5 baseline.
+
+    Imported here rather than at the top: importing ``mpi4py.util.pkl5``
+    imports ``mpi4py.MPI``, which initialises MPI, and importing an hpcdist
+    module must start no MPI (only :mod:`hpcdist.comm.mpi` loads it, on first
+    use). By the time this runs, ``comm`` exists, so MPI is already loaded.
+    """
+    from mpi4py.util import pkl5  # baselines may call mpi4py (setup.cfg's import contract)
+
+    return pkl5.Intracomm(comm)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -689,20 +982,21 @@ def main(argv: list[str] | None = None) -> int:
     ctx.check = False
     comm, ctrl = MPI.COMM_WORLD.Dup(), MPI.COMM_WORLD.Dup()
     torch, dist = init_gloo(ctrl, enabled=not args.no_gloo)
-    b = Backends(comm=comm, ctrl=ctrl, torch=torch, dist=dist)
+    b = Backends(comm=comm, ctrl=ctrl, pkl5=_pkl5_intracomm(comm), torch=torch, dist=dist)
     load_before = load_average()
     try:
         if b.rank == 0:
             library = " ".join(MPI.Get_library_version().splitlines()[0].split())
             print(f"hpcdist collectives benchmark: {b.size} ranks, {library}, "
                   f"gloo {'on' if dist else 'off'}, {os.cpu_count()} cores, load average "
-                  f"{load_before}\ntimes: median per call in microseconds; '!' marks a missed "
-                  f"target", flush=True)
+                  f"{load_before}\ntimes: median per call in microseconds (ping-pong: per "
+                  f"round trip); ratio: hpcdist/baseline; +us/call: hpcdist's overhead per "
+                  f"call above the baseline; '!' marks a missed target", flush=True)
         operations = _run(b, args)
         machine = _machine_info(b, load_before)
         if b.rank == 0:
-            summary = _summarize(operations)
-            print(_summary_text(summary), flush=True)
+            summary = judge_targets(operations)
+            print(_summary_text(summary, b.size), flush=True)
             _write_outputs({"benchmark": "collectives", "machine": machine,
                             "settings": _settings(args), "operations": operations,
                             "summary": summary}, args)

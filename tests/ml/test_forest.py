@@ -5,14 +5,18 @@ The reference of the MPI runs is a fit on one rank of the gathered rows,
 computed inside the test on a size-1 context (``hpcdist.Context(MPI.COMM_SELF)``).
 """
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from mpi4py import MPI
+from sklearn.metrics import r2_score
 
 import hpcdist
 from hpcdist.data import make_classification
 from hpcdist.ml import RandomForestClassifier, RandomForestRegressor
-from tests.helpers import all_ranks, assert_on_all_ranks, expect_error, mpi_twin
+from tests.helpers import all_ranks, assert_on_all_ranks, expect_error, mpi_twin, subprocess_env
 
 _SELF = []
 
@@ -133,10 +137,6 @@ print(numba.get_num_threads(), hashlib.sha256(model.get_parameters().tobytes()).
 
 def test_numba_threads_do_not_change_the_forest(tmp_path):
     """Subtrees grow in parallel threads (a child process with 2 Numba threads)."""
-    import subprocess
-    import sys
-
-    from tests.helpers import subprocess_env
     digests = []
     for threads in (1, 2):
         script = tmp_path / "threads.py"
@@ -216,7 +216,6 @@ def test_regressor_global_r2_and_float32_input():
     X, y = _regression(seed=4)
     model = RandomForestRegressor(8, max_bins=64, random_state=0).fit(X.astype(np.float32), y)
     r2 = model.score(X.astype(np.float32), y)
-    from sklearn.metrics import r2_score
     y_all, predicted = _gathered(y, model.predict(X.astype(np.float32)))
     with all_ranks("R^2"):
         assert r2 > 0.85

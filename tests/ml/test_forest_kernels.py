@@ -5,12 +5,30 @@ import numpy as np
 import pytest
 
 from hpcdist.ml.forest._bin_kernels import bin_columns
-from hpcdist.ml.forest._hash_kernels import (MAX_BOOTSTRAP_WEIGHT, bootstrap_weights, child_keys,
-                                             feature_orders, hash_below, root_keys)
-from hpcdist.ml.forest._level_kernels import build_histograms, evaluate_nodes, partition_nodes
+from hpcdist.ml.forest._hash_kernels import (
+    MAX_BOOTSTRAP_WEIGHT,
+    bootstrap_weights,
+    child_keys,
+    feature_orders,
+    hash_below,
+    root_keys,
+)
+from hpcdist.ml.forest._level_kernels import (
+    HistogramLayout,
+    NodeSplits,
+    build_histograms,
+    evaluate_nodes,
+    partition_nodes,
+)
 from hpcdist.ml.forest._predict_kernels import forest_mean_values
-from hpcdist.ml.forest._split_kernels import CRITERIA
-from hpcdist.ml.forest._subtree_kernels import grow_subtrees
+from hpcdist.ml.forest._split_kernels import CRITERIA, SplitSettings
+from hpcdist.ml.forest._subtree_kernels import SubtreeNodes, SubtreeTasks, grow_subtrees
+
+
+def _settings(n_bins, channels, criterion, max_features=1, max_depth=100, min_split=2,
+              min_leaf=1):
+    return SplitSettings(n_bins, int(n_bins.max()), max_features, channels, criterion, max_depth,
+                         min_split, min_leaf)
 
 
 @pytest.mark.parametrize("n_edges", [0, 1, 2, 3, 7, 16, 255])
@@ -110,18 +128,19 @@ def test_build_histograms_and_evaluate_nodes(regression):
     sizes = n_bins[features] * channels
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     hist = np.zeros(int(sizes.sum()), dtype=np.int64)
-    build_histograms(Xb, target, weights, rows, node_lo, node_hi, node_tree, ptr, features,
-                     offsets, channels, regression, hist)
+    criterion = CRITERIA["squared_error" if regression else "gini"]
+    settings = _settings(n_bins, channels, criterion)
+    layout = HistogramLayout(ptr, features, offsets)
+    build_histograms(Xb, target, weights, rows, node_lo, node_hi, node_tree, layout, settings,
+                     hist)
     np.testing.assert_array_equal(hist, _reference_histograms(
         Xb, target, weights, rows, node_lo, node_hi, node_tree, features_of, n_bins, channels,
         regression))
 
-    criterion = CRITERIA["squared_error" if regression else "gini"]
     out = dict(best_feature=np.empty(2, np.int64), best_bin=np.empty(2, np.int64),
                score=np.empty(2), decrease=np.empty(2), left=np.empty((2, channels), np.int64),
                totals=np.empty((2, channels), np.int64), found=np.empty(2, np.bool_))
-    evaluate_nodes(hist, ptr, features, offsets, n_bins, channels, criterion, 1,
-                   np.zeros(2, np.bool_), *out.values())
+    evaluate_nodes(hist, layout, settings, np.zeros(2, np.bool_), NodeSplits(*out.values()))
     for k in range(2):  # brute force over every feature and threshold
         best = (-np.inf, None, None)
         for j in range(ptr[k], ptr[k + 1]):
@@ -169,9 +188,11 @@ def test_grow_subtrees_separable_data():
     outputs = (np.empty(capacity, np.int64), np.empty(capacity, np.int64),
                np.empty(capacity, np.int64), np.empty((capacity, 2), np.int64),
                np.empty(capacity), np.empty(1, np.int64))
-    grow_subtrees(Xb, target, rows, weights, np.array([0]), np.array([6]),
-                  np.array([5], dtype=np.uint64), np.array([0]), n_bins, 2, 2, CRITERIA["gini"],
-                  100, 2, 1, np.array([0]), *outputs)
+    tasks = SubtreeTasks(np.array([0]), np.array([6]), np.array([5], dtype=np.uint64),
+                         np.array([0]), np.array([0]))
+    grow_subtrees(Xb, target, rows, weights, tasks,
+                  _settings(n_bins, 2, CRITERIA["gini"], max_features=2),
+                  SubtreeNodes(*outputs[:5]), outputs[5])
     feature, bins, right, stats, decrease, count = outputs
     assert count[0] == 3
     # both features separate the classes; the first best in the node's feature order wins

@@ -6,93 +6,134 @@ every rank finds the same splits in the same global histograms
 (:func:`evaluate_nodes`) and reorders its own rows into the children
 (:func:`partition_nodes`). Layouts: :mod:`._split_kernels`.
 """
+from collections import namedtuple
+
 import numpy as np
 
 from ..._numba import njit, prange
-from ._kernel_flags import EXACT_PARALLEL
-from ._split_kernels import (SQUARED_ERROR, best_threshold, compact_histogram,
-                             impurity_decrease, stats_weight)
+from ._kernel_flags import EXACT, EXACT_PARALLEL
+from ._split_kernels import (
+    SQUARED_ERROR,
+    best_threshold,
+    compact_histogram,
+    impurity_decrease,
+    stats_weight,
+)
 
-__all__ = ["build_histograms", "evaluate_nodes", "partition_nodes"]
+__all__ = ["HistogramLayout", "NodeSplits", "build_histograms", "evaluate_nodes",
+           "partition_nodes"]
+
+#: Where a level's histograms live in a flat buffer: node ``k`` has the histograms of
+#: ``features[feature_ptr[k]:feature_ptr[k + 1]]`` (in visiting order) at
+#: ``offsets[feature_ptr[k]:feature_ptr[k + 1]]`` (int64 arrays).
+HistogramLayout = namedtuple("HistogramLayout", ["feature_ptr", "features", "offsets"])
+#: The best split of every node: ``feature`` (-1 when none) and ``bin``, its ``score`` and
+#: impurity ``decrease``, the ``left`` side's stats and the node's ``totals`` (n, D), and
+#: whether some feature was ``found`` non-constant.
+NodeSplits = namedtuple("NodeSplits", ["feature", "bin", "score", "decrease", "left", "totals",
+                                       "found"])
+
+
+# A prange body reaches a record's arrays only inside a function it calls: writes through
+# a namedtuple's arrays directly in a prange body are lost (numba issues 5872, 7135).
+
+@njit(**EXACT)
+def _add_node_rows(Xb, target, weights, rows, node_lo, node_hi, node_tree, k, layout, settings,
+                   hist):
+    """Add node ``k``'s rows to its histograms."""
+    D = settings.channels
+    regression = settings.criterion == SQUARED_ERROR
+    feature_ptr, features, offsets = layout
+    tree = node_tree[k]
+    for r in range(node_lo[k], node_hi[k]):
+        i = rows[r]
+        w = np.int64(weights[tree, i])
+        y = target[i]
+        for j in range(feature_ptr[k], feature_ptr[k + 1]):
+            at = offsets[j] + np.int64(Xb[i, features[j]]) * D
+            if regression:
+                hist[at] += w * y
+                hist[at + 1] += w
+            else:
+                hist[at + y] += w
 
 
 @njit(**EXACT_PARALLEL)
-def build_histograms(Xb, target, weights, rows, node_lo, node_hi, node_tree, feature_ptr,
-                     features, offsets, D, regression, hist):
+def build_histograms(Xb, target, weights, rows, node_lo, node_hi, node_tree, layout, settings,
+                     hist):
     """Add this rank's rows of every node to its histograms (``hist`` zeroed by the caller).
 
     Node ``k`` owns ``rows[node_lo[k]:node_hi[k]]`` (local row indices) of tree
-    ``node_tree[k]`` (a row of ``weights``) and fills the histograms of
-    ``features[feature_ptr[k]:feature_ptr[k + 1]]`` at ``offsets[...]``.
+    ``node_tree[k]`` (a row of ``weights``) and fills its histograms of ``layout``.
     """
     for k in prange(node_lo.shape[0]):
-        tree = node_tree[k]
-        for r in range(node_lo[k], node_hi[k]):
-            i = rows[r]
-            w = np.int64(weights[tree, i])
-            y = target[i]
-            for j in range(feature_ptr[k], feature_ptr[k + 1]):
-                at = offsets[j] + np.int64(Xb[i, features[j]]) * D
-                if regression:
-                    hist[at] += w * y
-                    hist[at + 1] += w
-                else:
-                    hist[at + y] += w
+        _add_node_rows(Xb, target, weights, rows, node_lo, node_hi, node_tree, k, layout,
+                       settings, hist)
+
+
+@njit(**EXACT)
+def _node_total(hist, layout, k, n_bins, total):
+    """Node ``k``'s stats: the sum of the bins of its first histogram (zero without one)."""
+    D = total.shape[0]
+    for c in range(D):
+        total[c] = 0
+    if layout.feature_ptr[k + 1] > layout.feature_ptr[k]:
+        j = layout.feature_ptr[k]
+        for b in range(n_bins[layout.features[j]]):
+            for c in range(D):
+                total[c] += hist[layout.offsets[j] + b * D + c]
+
+
+@njit(**EXACT)
+def _evaluate_node(hist, layout, k, settings, first_only, out):
+    """Node ``k``'s best split (see :func:`evaluate_nodes`)."""
+    D = settings.channels
+    criterion = settings.criterion
+    regression = criterion == SQUARED_ERROR
+    n_bins = settings.n_bins
+    cbins = np.empty(settings.max_bins, dtype=np.int64)
+    cstats = np.empty((settings.max_bins, D), dtype=np.int64)
+    left = np.empty(D, dtype=np.int64)
+    right = np.empty(D, dtype=np.int64)
+    candidate = np.empty(D, dtype=np.int64)
+    total = out.totals[k]
+    _node_total(hist, layout, k, n_bins, total)
+    out.feature[k] = -1
+    out.bin[k] = -1
+    out.score[k] = -np.inf
+    out.decrease[k] = 0.0
+    out.found[k] = False
+    for j in range(layout.feature_ptr[k], layout.feature_ptr[k + 1]):
+        f = layout.features[j]
+        n = compact_histogram(hist, layout.offsets[j], 0, n_bins[f] - 1, D, regression, cbins,
+                              cstats)
+        if n < 2:
+            continue
+        out.found[k] = True
+        score, b = best_threshold(cbins, cstats, n, total, criterion, settings.min_leaf, left,
+                                  right, candidate)
+        if score > out.score[k]:
+            out.score[k] = score
+            out.feature[k] = f
+            out.bin[k] = b
+            out.left[k, :] = candidate
+        if first_only[k]:
+            break
+    if out.feature[k] >= 0:
+        out.decrease[k] = impurity_decrease(out.score[k], total, stats_weight(total, regression),
+                                            criterion)
 
 
 @njit(**EXACT_PARALLEL)
-def evaluate_nodes(hist, feature_ptr, features, offsets, n_bins, D, criterion, min_leaf,
-                   first_only, best_feature, best_bin, best_score, decrease, left_stats, totals,
-                   found):
+def evaluate_nodes(hist, layout, settings, first_only, out):
     """Best split of every node from its global histograms, features in visiting order.
 
     ``first_only[k]``: stop at the first non-constant feature (the continued
-    draw after ``max_features`` constant ones). Outputs per node: the best
-    feature (-1 when none) and bin, its score and impurity decrease, the left
-    stats, the node's total stats, and whether some feature was non-constant.
+    draw after ``max_features`` constant ones). The results go to ``out``, a
+    :data:`NodeSplits`.
     """
-    regression = criterion == SQUARED_ERROR
-    max_bins = 1
-    for f in range(n_bins.shape[0]):
-        max_bins = max(max_bins, n_bins[f])
-    for k in prange(feature_ptr.shape[0] - 1):
-        cbins = np.empty(max_bins, dtype=np.int64)
-        cstats = np.empty((max_bins, D), dtype=np.int64)
-        left = np.empty(D, dtype=np.int64)
-        right = np.empty(D, dtype=np.int64)
-        candidate = np.empty(D, dtype=np.int64)
-        total = totals[k]
-        for c in range(D):
-            total[c] = 0
-        if feature_ptr[k + 1] > feature_ptr[k]:
-            j = feature_ptr[k]
-            for b in range(n_bins[features[j]]):
-                for c in range(D):
-                    total[c] += hist[offsets[j] + b * D + c]
-        w = stats_weight(total, regression)
-        best_feature[k] = -1
-        best_bin[k] = -1
-        best_score[k] = -np.inf
-        decrease[k] = 0.0
-        found[k] = False
-        for j in range(feature_ptr[k], feature_ptr[k + 1]):
-            f = features[j]
-            n = compact_histogram(hist, offsets[j], 0, n_bins[f] - 1, D, regression, cbins, cstats)
-            if n < 2:
-                continue
-            found[k] = True
-            score, b = best_threshold(cbins, cstats, n, total, criterion, min_leaf, left,
-                                       right, candidate)
-            if score > best_score[k]:
-                best_score[k] = score
-                best_feature[k] = f
-                best_bin[k] = b
-                for c in range(D):
-                    left_stats[k, c] = candidate[c]
-            if first_only[k]:
-                break
-        if best_feature[k] >= 0:
-            decrease[k] = impurity_decrease(best_score[k], total, w, criterion)
+    for k in prange(layout.feature_ptr.shape[0] - 1):
+        _evaluate_node(hist, layout, k, settings, first_only, out)
 
 
 @njit(**EXACT_PARALLEL)
@@ -112,4 +153,3 @@ def partition_nodes(Xb, rows, node_lo, node_hi, node_feature, node_bin, n_left):
                 rows[j] = tmp
                 j -= 1
         n_left[k] = i - node_lo[k]
-

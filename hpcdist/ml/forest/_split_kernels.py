@@ -17,19 +17,27 @@ Layout conventions
     ``hist[off + b*D : off + (b+1)*D]``.
 """
 import math
+from collections import namedtuple
 
 import numpy as np
 
 from ..._numba import njit
 from ._kernel_flags import EXACT
 
-__all__ = ["CRITERIA", "SQUARED_ERROR", "stats_weight", "impurity_decrease", "best_threshold",
-           "compact_histogram"]
+__all__ = ["CRITERIA", "SQUARED_ERROR", "SplitSettings", "stats_weight", "impurity_decrease",
+           "best_threshold", "compact_histogram"]
 
 #: criterion name -> code used by the kernels
 CRITERIA = {"gini": 0, "entropy": 1, "log_loss": 1, "squared_error": 2}
 _ENTROPY = 1
 SQUARED_ERROR = 2
+
+#: What the kernels need to know besides the data (the same on every rank):
+#: ``n_bins`` (int64 array, one per feature) and ``max_bins`` (its maximum, at least 1),
+#: ``max_features`` drawn per node, ``channels`` (``D``), the ``criterion`` code, and the
+#: stopping rules ``max_depth``, ``min_split`` and ``min_leaf`` (bootstrap-weighted rows).
+SplitSettings = namedtuple("SplitSettings", ["n_bins", "max_bins", "max_features", "channels",
+                                             "criterion", "max_depth", "min_split", "min_leaf"])
 
 
 @njit(**EXACT)

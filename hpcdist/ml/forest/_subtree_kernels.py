@@ -1,32 +1,171 @@
 """Kernels that grow whole subtrees on one rank, depth first (the small nodes of :mod:`.grow`).
 
-A subtree's rows are copied into private contiguous arrays that its splits
-reorder in place; a node's features are histogrammed a chunk at a time
-(dense histograms) or, for a few rows, sorted by bin. Splits are ranked by
-the functions that level-wise growth uses too (:mod:`._split_kernels`).
+A subtree's rows are first copied into private contiguous arrays, which its
+splits then reorder in place, so that every node's rows are contiguous and
+histograms stream through memory. A node visits its features a chunk at a
+time: one pass over a large node's rows fills the chunk's dense histograms,
+while a small node sorts its few rows by bin, feature by feature. Splits
+are ranked by the functions that level-wise growth uses too
+(:mod:`._split_kernels`), so either path splits a node the same way.
 """
+from collections import namedtuple
+
 import numpy as np
 
 from ..._numba import njit, prange
 from ._hash_kernels import child_key, draw_feature
 from ._kernel_flags import EXACT, EXACT_PARALLEL
-from ._split_kernels import (SQUARED_ERROR, best_threshold, compact_histogram,
-                             impurity_decrease, stats_weight)
+from ._split_kernels import (
+    SQUARED_ERROR,
+    best_threshold,
+    compact_histogram,
+    impurity_decrease,
+    stats_weight,
+)
 
-__all__ = ["SMALL_NODE_ROWS", "FEATURE_CHUNK", "grow_subtrees"]
+__all__ = ["SMALL_NODE_ROWS", "FEATURE_CHUNK", "SubtreeTasks", "SubtreeNodes", "grow_subtrees"]
 
 #: Nodes of at most this many rows sort their rows per feature instead of filling a histogram.
 SMALL_NODE_ROWS = 32
 #: Features histogrammed together in one pass over a node's rows.
 FEATURE_CHUNK = 16
 
+#: The subtrees to grow (int64 arrays but ``key``, uint64): subtree ``t`` owns
+#: ``rows[lo[t]:hi[t]]``, its root has key ``key[t]`` and depth ``depth[t]``, and its nodes
+#: go to a :data:`SubtreeNodes` from ``base[t]`` on (room for ``2 * (hi[t] - lo[t]) - 1``).
+SubtreeTasks = namedtuple("SubtreeTasks", ["lo", "hi", "key", "depth", "base"])
+#: The grown nodes, each subtree's in preorder (the left child of a split is the next
+#: node): split ``feature`` and ``bin`` (-1 at leaves), the ``right`` child counted from
+#: the subtree's first node (-1 at leaves), ``stats`` (n, D) and impurity ``decrease``.
+SubtreeNodes = namedtuple("SubtreeNodes", ["feature", "bin", "right", "stats", "decrease"])
+
+# One subtree's working arrays. Its rows: binned features padded to whole 64-bit words
+# (``words`` and ``bins`` view the same memory), targets and weights as int64.
+_Rows = namedtuple("_Rows", ["bins", "words", "target", "weight"])
+# The nodes waiting to be grown (a stack); ``parent`` >= 0 links a right child.
+_Stack = namedtuple("_Stack", ["lo", "hi", "depth", "key", "parent", "stats"])
+# The split search's buffers: the node's feature order, the chunk of features drawn and
+# their dense histograms with occupied bin ranges, sort keys of a small node, one
+# feature's occupied bins and their stats, the running left / right / candidate stats.
+_Scratch = namedtuple("_Scratch", ["order", "chunk", "hist", "lows", "highs", "sort_keys",
+                                   "cbins", "cstats", "left", "right", "candidate"])
+
+
+# -- working arrays ------------------------------------------------------------------------
 
 @njit(**EXACT)
-def _sorted_bins(Xt, yt, wt, lo, hi, f, D, regression, keys, cbins, cstats):
+def _copy_rows(Xb, target, rows, weights, lo, hi):
+    """The rows ``rows[lo:hi]`` with weights ``weights[lo:hi]``, as a private :data:`_Rows`.
+
+    Rows padded to whole 64-bit words: a swap moves a few words, not every byte.
+    """
+    m = hi - lo
+    n_features = Xb.shape[1]
+    n_words = (n_features + 7) // 8
+    packed = np.zeros(m * n_words, dtype=np.uint64)
+    bins = packed.view(np.uint8).reshape((m, n_words * 8))
+    own_target = np.empty(m, dtype=np.int64)
+    own_weight = np.empty(m, dtype=np.int64)
+    for r in range(m):
+        i = rows[lo + r]
+        for f in range(n_features):
+            bins[r, f] = Xb[i, f]
+        own_target[r] = target[i]
+        own_weight[r] = weights[lo + r]
+    return _Rows(bins, packed.reshape((m, n_words)), own_target, own_weight)
+
+
+@njit(**EXACT)
+def _root_stack(own, key, depth, D, regression):
+    """A :data:`_Stack` with room for every node of the subtree of rows ``own``, holding its
+    root (key ``key``, depth ``depth``)."""
+    m = own.target.shape[0]
+    capacity = m + 2
+    stack = _Stack(np.empty(capacity, dtype=np.int64), np.empty(capacity, dtype=np.int64),
+                   np.empty(capacity, dtype=np.int64), np.empty(capacity, dtype=np.uint64),
+                   np.empty(capacity, dtype=np.int64), np.zeros((capacity, D), dtype=np.int64))
+    _push(stack, 0, 0, m, depth, key, -1)
+    for r in range(m):
+        if regression:
+            stack.stats[0, 0] += own.weight[r] * own.target[r]
+            stack.stats[0, 1] += own.weight[r]
+        else:
+            stack.stats[0, own.target[r]] += own.weight[r]
+    return stack
+
+
+@njit(**EXACT)
+def _new_scratch(settings):
+    D, max_bins = settings.channels, settings.max_bins
+    return _Scratch(np.empty(settings.n_bins.shape[0], dtype=np.int64),
+                    np.empty(FEATURE_CHUNK, dtype=np.int64),
+                    np.zeros(FEATURE_CHUNK * max_bins * D, dtype=np.int64),
+                    np.empty(FEATURE_CHUNK, dtype=np.int64),
+                    np.empty(FEATURE_CHUNK, dtype=np.int64),
+                    np.empty(SMALL_NODE_ROWS, dtype=np.int64),
+                    np.empty(max_bins, dtype=np.int64), np.empty((max_bins, D), dtype=np.int64),
+                    np.empty(D, dtype=np.int64), np.empty(D, dtype=np.int64),
+                    np.empty(D, dtype=np.int64))
+
+
+# -- one node's split search -------------------------------------------------------------------
+# The helpers called per feature take plain arrays: a record passed to a function that is
+# not inlined is copied field by field at every call, which showed in the time of a fit.
+
+@njit(**EXACT)
+def _draw_chunk(key, j, max_features, order, chunk):
+    """Draw the node's next features ``j, j + 1, ...`` into ``chunk``; returns how many.
+
+    At most :data:`FEATURE_CHUNK`, and while ``j < max_features`` not past it.
+    """
+    size = min(FEATURE_CHUNK, order.shape[0] - j)
+    if j < max_features:
+        size = min(size, max_features - j)
+    for s in range(size):
+        chunk[s] = draw_feature(key, order, j + s)
+    return size
+
+
+@njit(**EXACT)
+def _chunk_histograms(rows, lo, hi, chunk, size, max_bins, D, regression, hist, lows, highs):
+    """Dense histograms of features ``chunk[:size]`` over rows ``lo:hi`` in one pass.
+
+    Feature ``chunk[s]`` fills ``hist[s * max_bins * D:]`` (zero on entry) and
+    its occupied range ``lows[s]..highs[s]``.
+    """
+    for s in range(size):
+        lows[s] = max_bins
+        highs[s] = -1
+    for r in range(lo, hi):
+        w = rows.weight[r]
+        y = rows.target[r]
+        for s in range(size):
+            b = np.int64(rows.bins[r, chunk[s]])
+            if b < lows[s]:
+                lows[s] = b
+            if b > highs[s]:
+                highs[s] = b
+            at = (s * max_bins + b) * D
+            if regression:
+                hist[at] += w * y
+                hist[at + 1] += w
+            else:
+                hist[at + y] += w
+
+
+@njit(**EXACT)
+def _clear_range(hist, start, low, high, D):
+    """Zero bins ``low..high`` of the histogram at ``hist[start:]``."""
+    for at in range(start + low * D, start + (high + 1) * D):
+        hist[at] = 0
+
+
+@njit(**EXACT)
+def _sorted_bins(rows, lo, hi, f, D, regression, keys, cbins, cstats):
     """Occupied bins of feature ``f`` over the few rows ``lo:hi`` (insertion sort by bin)."""
     m = hi - lo
     for r in range(m):
-        key = (np.int64(Xt[lo + r, f]) << 32) | r
+        key = (np.int64(rows.bins[lo + r, f]) << 32) | r
         s = r
         while s > 0 and keys[s - 1] > key:
             keys[s] = keys[s - 1]
@@ -43,246 +182,201 @@ def _sorted_bins(Xt, yt, wt, lo, hi, f, D, regression, keys, cbins, cstats):
                 cstats[k, c] = 0
             k += 1
             previous = b
-        w = np.int64(wt[r])
+        w = rows.weight[r]
         if regression:
-            cstats[k - 1, 0] += w * yt[r]
+            cstats[k - 1, 0] += w * rows.target[r]
             cstats[k - 1, 1] += w
         else:
-            cstats[k - 1, yt[r]] += w
+            cstats[k - 1, rows.target[r]] += w
     return k
 
 
 @njit(**EXACT)
-def _chunk_histograms(Xt, yt, wt, lo, hi, chunk, size, max_bins, D, regression, hist, lows,
-                      highs):
-    """Dense histograms of features ``chunk[:size]`` over rows ``lo:hi`` in one pass.
+def _best_split(rows, lo, hi, key, total, settings, scratch, best_left):
+    """Best split of the node of rows ``lo:hi``, key ``key`` and stats ``total``.
 
-    Feature ``chunk[s]`` fills ``hist[s * max_bins * D:]`` (zero on entry) and
-    its occupied range ``lows[s]..highs[s]``.
+    The node visits ``max_features`` features of its random order, and on
+    until one is not constant; a large node histograms a chunk of them in
+    one pass over its rows. Returns ``(score, feature, bin)``, feature -1
+    when every visited feature is constant or no threshold leaves
+    ``min_leaf`` on both sides; ``best_left`` receives the left side's stats.
     """
-    for s in range(size):
-        lows[s] = max_bins
-        highs[s] = -1
-    for r in range(lo, hi):
-        w = np.int64(wt[r])
-        y = yt[r]
+    order, chunk, hist, lows, highs, sort_keys, cbins, cstats, left, right, candidate = scratch
+    max_features, max_bins, D = settings.max_features, settings.max_bins, settings.channels
+    criterion = settings.criterion
+    regression = criterion == SQUARED_ERROR
+    n_features = order.shape[0]
+    for f in range(n_features):
+        order[f] = f
+    best_score = -np.inf
+    best_feature = -1
+    best_bin = -1
+    found = False
+    dense = hi - lo > SMALL_NODE_ROWS
+    j = 0
+    while j < n_features and not (found and j >= max_features):
+        size = _draw_chunk(key, j, max_features, order, chunk)
+        if dense:
+            _chunk_histograms(rows, lo, hi, chunk, size, max_bins, D, regression, hist, lows,
+                              highs)
         for s in range(size):
-            b = np.int64(Xt[r, chunk[s]])
-            if b < lows[s]:
-                lows[s] = b
-            if b > highs[s]:
-                highs[s] = b
-            at = (s * max_bins + b) * D
-            if regression:
-                hist[at] += w * y
-                hist[at + 1] += w
+            if dense:
+                start = s * max_bins * D
+                n = compact_histogram(hist, start, lows[s], highs[s], D, regression, cbins,
+                                      cstats)
+                _clear_range(hist, start, lows[s], highs[s], D)
             else:
-                hist[at + y] += w
+                n = _sorted_bins(rows, lo, hi, chunk[s], D, regression, sort_keys, cbins, cstats)
+            if n < 2:
+                continue
+            score, b = best_threshold(cbins, cstats, n, total, criterion, settings.min_leaf, left,
+                                      right, candidate)
+            if score > best_score:
+                best_score = score
+                best_feature = chunk[s]
+                best_bin = b
+                best_left[:] = candidate
+            found = True
+            if j + s >= max_features:  # the continued draw stops at a non-constant one
+                break
+        if dense and found and j + size > max_features:
+            for s in range(size):  # clear what the early stop left behind
+                _clear_range(hist, s * max_bins * D, lows[s], highs[s], D)
+        j += size
+    return best_score, best_feature, best_bin
+
+
+# -- the subtree ---------------------------------------------------------------------------
+
+@njit(**EXACT)
+def _is_leaf(total, depth, settings):
+    """The stopping rules that need no split search: depth, too few rows, a single class."""
+    regression = settings.criterion == SQUARED_ERROR
+    w = stats_weight(total, regression)
+    if depth >= settings.max_depth or w < settings.min_split or w < 2 * settings.min_leaf:
+        return True
+    if regression:
+        return False
+    classes = 0
+    for c in range(total.shape[0]):
+        if total[c] > 0:
+            classes += 1
+    return classes <= 1
 
 
 @njit(**EXACT)
-def _grow_one(Xb, target, rows, weights, lo0, hi0, key0, depth0, n_bins, max_features, D,
-              criterion, max_depth, min_split, min_leaf, base, out_feature, out_bin, out_right,
-              out_stats, out_decrease):
-    """Grow the subtree of ``rows[lo0:hi0]`` depth first; nodes in preorder from ``base``.
+def _record_leaf(nodes, node, base, parent, stats):
+    """Write ``node`` as a leaf with ``stats``; a right child is linked from ``parent`` >= 0."""
+    if parent >= 0:
+        nodes.right[parent] = node - base
+    nodes.stats[node, :] = stats
+    nodes.feature[node] = -1
+    nodes.bin[node] = -1
+    nodes.right[node] = -1
+    nodes.decrease[node] = 0.0
 
-    The rows are first copied into private contiguous arrays, which splits
-    then reorder in place, so that every node's rows are contiguous and
-    histograms stream through memory. The left child of an internal node is
-    the next node; ``out_right`` holds the right child relative to ``base``.
-    Returns the number of nodes.
-    """
-    regression = criterion == SQUARED_ERROR
-    n_features = n_bins.shape[0]
-    max_bins = 1
-    for f in range(n_features):
-        max_bins = max(max_bins, n_bins[f])
-    capacity = hi0 - lo0 + 2
-    st_lo = np.empty(capacity, dtype=np.int64)
-    st_hi = np.empty(capacity, dtype=np.int64)
-    st_depth = np.empty(capacity, dtype=np.int64)
-    st_key = np.empty(capacity, dtype=np.uint64)
-    st_parent = np.empty(capacity, dtype=np.int64)
-    st_stats = np.empty((capacity, D), dtype=np.int64)
-    hist = np.zeros(FEATURE_CHUNK * max_bins * D, dtype=np.int64)
-    chunk = np.empty(FEATURE_CHUNK, dtype=np.int64)
-    lows = np.empty(FEATURE_CHUNK, dtype=np.int64)
-    highs = np.empty(FEATURE_CHUNK, dtype=np.int64)
-    keys = np.empty(SMALL_NODE_ROWS, dtype=np.int64)
-    cbins = np.empty(max_bins, dtype=np.int64)
-    cstats = np.empty((max_bins, D), dtype=np.int64)
-    order = np.empty(n_features, dtype=np.int64)
-    left = np.empty(D, dtype=np.int64)
-    right = np.empty(D, dtype=np.int64)
-    candidate = np.empty(D, dtype=np.int64)
-    best_left = np.empty(D, dtype=np.int64)
-    total = np.empty(D, dtype=np.int64)
-    m = hi0 - lo0
-    # rows padded to whole 64-bit words: a swap moves a few words, not every byte
-    words = (n_features + 7) // 8
-    packed = np.zeros(m * words, dtype=np.uint64)
-    row_words = packed.reshape((m, words))
-    Xt = packed.view(np.uint8).reshape((m, words * 8))
-    yt = np.empty(m, dtype=np.int64)
-    wt = np.empty(m, dtype=np.int64)
-    for r in range(m):
-        i = rows[lo0 + r]
-        for f in range(n_features):
-            Xt[r, f] = Xb[i, f]
-        yt[r] = target[i]
-        wt[r] = weights[lo0 + r]
 
-    top = 0
-    st_lo[0] = 0
-    st_hi[0] = m
-    st_depth[0] = depth0
-    st_key[0] = key0
-    st_parent[0] = -1
-    for c in range(D):
-        st_stats[0, c] = 0
-    for r in range(m):
-        if regression:
-            st_stats[0, 0] += wt[r] * yt[r]
-            st_stats[0, 1] += wt[r]
+@njit(**EXACT)
+def _partition_rows(rows, lo, hi, feature, threshold):
+    """Reorder rows ``lo:hi``, those with ``bin <= threshold`` first; returns where they end."""
+    i = lo
+    j = hi - 1
+    while i <= j:
+        if rows.bins[i, feature] <= threshold:
+            i += 1
         else:
-            st_stats[0, yt[r]] += wt[r]
+            for k in range(rows.words.shape[1]):
+                rows.words[i, k], rows.words[j, k] = rows.words[j, k], rows.words[i, k]
+            rows.target[i], rows.target[j] = rows.target[j], rows.target[i]
+            rows.weight[i], rows.weight[j] = rows.weight[j], rows.weight[i]
+            j -= 1
+    return i
+
+
+@njit(**EXACT)
+def _push(stack, top, lo, hi, depth, key, parent):
+    """Put a node on the stack (its stats are the caller's to fill); returns the new top."""
+    stack.lo[top] = lo
+    stack.hi[top] = hi
+    stack.depth[top] = depth
+    stack.key[top] = key
+    stack.parent[top] = parent
+    return top + 1
+
+
+@njit(**EXACT)
+def _push_children(stack, top, node, cut, total, left_stats):
+    """Replace the split node on top of the stack by its children.
+
+    The right child (rows ``cut:hi``) goes first, so that the left one
+    (rows ``lo:cut``) is grown next: nodes come out in preorder.
+    """
+    lo, hi, depth, key = stack.lo[top], stack.hi[top], stack.depth[top], stack.key[top]
+    _push(stack, top, cut, hi, depth + 1, child_key(key, True), node)
+    _push(stack, top + 1, lo, cut, depth + 1, child_key(key, False), -1)
+    for c in range(total.shape[0]):
+        stack.stats[top, c] = total[c] - left_stats[c]
+        stack.stats[top + 1, c] = left_stats[c]
+    return top + 2
+
+
+@njit(**EXACT)
+def _grow_one(Xb, target, rows, weights, tasks, t, settings, nodes):
+    """Grow subtree ``t`` of ``tasks`` depth first into ``nodes``; returns its number of nodes."""
+    own = _copy_rows(Xb, target, rows, weights, tasks.lo[t], tasks.hi[t])
+    D = settings.channels
+    regression = settings.criterion == SQUARED_ERROR
+    stack = _root_stack(own, tasks.key[t], tasks.depth[t], D, regression)
+    scratch = _new_scratch(settings)
+    total = np.empty(D, dtype=np.int64)
+    best_left = np.empty(D, dtype=np.int64)
+    base = tasks.base[t]
     top = 1
     n_nodes = 0
     while top > 0:
         top -= 1
-        lo = st_lo[top]
-        hi = st_hi[top]
-        depth = st_depth[top]
-        key = st_key[top]
         node = base + n_nodes
         n_nodes += 1
-        if st_parent[top] >= 0:
-            out_right[st_parent[top]] = node - base
-        for c in range(D):
-            total[c] = st_stats[top, c]
-            out_stats[node, c] = total[c]
-        out_feature[node] = -1
-        out_bin[node] = -1
-        out_right[node] = -1
-        out_decrease[node] = 0.0
-        w = stats_weight(total, regression)
-        leaf = depth >= max_depth or w < min_split or w < 2 * min_leaf
-        if not leaf and not regression:
-            classes = 0
-            for c in range(D):
-                if total[c] > 0:
-                    classes += 1
-            leaf = classes <= 1
-        if leaf:
+        total[:] = stack.stats[top]
+        _record_leaf(nodes, node, base, stack.parent[top], total)
+        if _is_leaf(total, stack.depth[top], settings):
             continue
-        # visit features in the node's order: max_features of them, and on
-        # until one is non-constant; larger nodes histogram a chunk of
-        # features in one pass over their rows
-        for f in range(n_features):
-            order[f] = f
-        best_score = -np.inf
-        best_feature = -1
-        best_bin = -1
-        found = False
-        j = 0
-        while j < n_features and not (found and j >= max_features):
-            size = min(FEATURE_CHUNK, n_features - j)
-            if j < max_features:
-                size = min(size, max_features - j)
-            for s in range(size):
-                chunk[s] = draw_feature(key, order, j + s)
-            dense = hi - lo > SMALL_NODE_ROWS
-            if dense:
-                _chunk_histograms(Xt, yt, wt, lo, hi, chunk, size, max_bins, D, regression, hist,
-                                  lows, highs)
-            for s in range(size):
-                f = chunk[s]
-                if dense:
-                    start = s * max_bins * D
-                    n = compact_histogram(hist, start, lows[s], highs[s], D, regression, cbins,
-                                       cstats)
-                    for at in range(start + lows[s] * D, start + (highs[s] + 1) * D):
-                        hist[at] = 0
-                else:
-                    n = _sorted_bins(Xt, yt, wt, lo, hi, f, D, regression, keys, cbins, cstats)
-                if n < 2:
-                    continue
-                score, b = best_threshold(cbins, cstats, n, total, criterion, min_leaf, left,
-                                           right, candidate)
-                if score > best_score:
-                    best_score = score
-                    best_feature = f
-                    best_bin = b
-                    for c in range(D):
-                        best_left[c] = candidate[c]
-                if j + s >= max_features:  # the continued draw stops at a non-constant one
-                    found = True
-                    break
-                found = True
-            if dense and found and j + size > max_features:
-                for s2 in range(size):  # clear what the early stop left behind
-                    start = s2 * max_bins * D
-                    if highs[s2] >= lows[s2]:
-                        for at in range(start + lows[s2] * D, start + (highs[s2] + 1) * D):
-                            hist[at] = 0
-            j += size
-        if best_feature < 0 or (regression and not best_score > 0.0):
+        score, feature, threshold = _best_split(own, stack.lo[top], stack.hi[top],
+                                                stack.key[top], total, settings, scratch,
+                                                best_left)
+        if feature < 0 or (regression and not score > 0.0):
             continue
-        out_feature[node] = best_feature
-        out_bin[node] = best_bin
-        out_decrease[node] = impurity_decrease(best_score, total, w, criterion)
-        i = lo
-        j = hi - 1
-        while i <= j:
-            if Xt[i, best_feature] <= best_bin:
-                i += 1
-            else:
-                for k in range(words):
-                    tmp = row_words[i, k]
-                    row_words[i, k] = row_words[j, k]
-                    row_words[j, k] = tmp
-                ty = yt[i]
-                yt[i] = yt[j]
-                yt[j] = ty
-                tw = wt[i]
-                wt[i] = wt[j]
-                wt[j] = tw
-                j -= 1
-        # push the right child first so that the left one is next (preorder)
-        st_lo[top] = i
-        st_hi[top] = hi
-        st_depth[top] = depth + 1
-        st_key[top] = child_key(key, True)
-        st_parent[top] = node
-        for c in range(D):
-            st_stats[top, c] = total[c] - best_left[c]
-        top += 1
-        st_lo[top] = lo
-        st_hi[top] = i
-        st_depth[top] = depth + 1
-        st_key[top] = child_key(key, False)
-        st_parent[top] = -1
-        for c in range(D):
-            st_stats[top, c] = best_left[c]
-        top += 1
+        nodes.feature[node] = feature
+        nodes.bin[node] = threshold
+        nodes.decrease[node] = impurity_decrease(score, total, stats_weight(total, regression),
+                                                 settings.criterion)
+        cut = _partition_rows(own, stack.lo[top], stack.hi[top], feature, threshold)
+        top = _push_children(stack, top, node, cut, total, best_left)
     return n_nodes
 
 
 @njit(**EXACT_PARALLEL)
-def grow_subtrees(Xb, target, rows, weights, task_lo, task_hi, task_key, task_depth, n_bins,
-                  max_features, D, criterion, max_depth, min_split, min_leaf, out_base,
-                  out_feature, out_bin, out_right, out_stats, out_decrease, out_count):
-    """Grow every task's subtree to the end (parallel over tasks).
+def grow_subtrees(Xb, target, rows, weights, tasks, settings, nodes, count):
+    """Grow every subtree of ``tasks`` to the end (parallel over subtrees).
 
-    Task ``t`` owns ``rows[task_lo[t]:task_hi[t]]`` (indices into ``Xb`` and
-    ``target``) with bootstrap weights ``weights[task_lo[t]:task_hi[t]]``;
-    its nodes go to the output arrays from
-    ``out_base[t]`` (room for ``2 * rows - 1``), their number to ``out_count[t]``.
+    Parameters
+    ----------
+    Xb : ndarray of uint8, shape (n_rows, n_features)
+    target : ndarray of int64, shape (n_rows,)
+    rows : ndarray of int64
+        Rows of ``Xb`` and ``target``: subtree ``t`` owns ``rows[tasks.lo[t]:tasks.hi[t]]``.
+    weights : ndarray of uint8, shape like ``rows``
+        The bootstrap weight of each entry of ``rows``.
+    tasks : SubtreeTasks
+    settings : SplitSettings
+    nodes : SubtreeNodes
+        Receives the nodes.
+    count : ndarray of int64, shape (n_tasks,)
+        Receives the number of nodes of each subtree.
+
     ``rows`` and ``weights`` are read only.
     """
-    for t in prange(task_lo.shape[0]):
-        out_count[t] = _grow_one(Xb, target, rows, weights, task_lo[t], task_hi[t], task_key[t],
-                                 task_depth[t], n_bins, max_features, D, criterion, max_depth,
-                                 min_split, min_leaf, out_base[t], out_feature, out_bin,
-                                 out_right, out_stats, out_decrease)
-
+    # the records are reached inside _grow_one only: writes through a namedtuple's arrays
+    # directly in a prange body are lost (numba issues 5872, 7135)
+    for t in prange(tasks.lo.shape[0]):
+        count[t] = _grow_one(Xb, target, rows, weights, tasks, t, settings, nodes)

@@ -38,8 +38,9 @@ import numpy as np
 
 from ...comm import allgather, allreduce, alltoall
 from ._hash_kernels import child_keys, feature_orders, root_keys
-from ._level_kernels import evaluate_nodes, partition_nodes
-from ._subtree_kernels import grow_subtrees
+from ._level_kernels import NodeSplits, evaluate_nodes, partition_nodes
+from ._split_kernels import SplitSettings
+from ._subtree_kernels import SubtreeNodes, SubtreeTasks, grow_subtrees
 from .histograms import plan_level, reduce_level
 from .sampling import assign_owners, bootstrap
 from .tree import Forest
@@ -91,6 +92,14 @@ class GrowSettings:
     @property
     def regression(self):
         return self.channels == 2 and self.criterion == 2
+
+    @property
+    def split_settings(self):
+        """The settings as the kernels take them (a :data:`._split_kernels.SplitSettings`)."""
+        max_bins = max(1, int(self.n_bins.max())) if len(self.n_bins) else 1
+        return SplitSettings(self.n_bins, max_bins, self.max_features, self.channels,
+                             self.criterion, self.max_depth, self.min_samples_split,
+                             self.min_samples_leaf)
 
 
 class _Nodes:
@@ -144,7 +153,7 @@ class GrowData:
         self.nodes = nodes
         self.n_bins = settings.n_bins
         self.channels = settings.channels
-        self.regression = settings.regression
+        self.split_settings = settings.split_settings
 
     @property
     def lo(self):
@@ -211,21 +220,18 @@ def _split_level(ctx, data, nodes, frontier, previous, settings):
 
 
 def _evaluate(level, nodes, features_of, first_only, settings):
-    ptr, features, buffer, offsets = level.locate([int(n) for n in nodes], features_of)
+    layout, buffer = level.locate([int(n) for n in nodes], features_of)
     k, channels = len(nodes), settings.channels
-    best_feature = np.empty(k, dtype=np.int64)
-    best_bin = np.empty(k, dtype=np.int64)
-    score = np.empty(k, dtype=np.float64)
-    decrease = np.empty(k, dtype=np.float64)
-    left = np.zeros((k, channels), dtype=np.int64)
-    totals = np.zeros((k, channels), dtype=np.int64)
-    found = np.zeros(k, dtype=np.bool_)
+    result = NodeSplits(feature=np.empty(k, dtype=np.int64), bin=np.empty(k, dtype=np.int64),
+                        score=np.empty(k, dtype=np.float64),
+                        decrease=np.empty(k, dtype=np.float64),
+                        left=np.zeros((k, channels), dtype=np.int64),
+                        totals=np.zeros((k, channels), dtype=np.int64),
+                        found=np.zeros(k, dtype=np.bool_))
     if buffer is None:
         buffer = np.zeros(0, dtype=np.int64)
-    evaluate_nodes(buffer, ptr, features, offsets, settings.n_bins, channels, settings.criterion,
-                   settings.min_samples_leaf, np.full(k, first_only), best_feature, best_bin,
-                   score, decrease, left, totals, found)
-    return [best_feature, best_bin, score, decrease, left, totals, found]
+    evaluate_nodes(buffer, layout, settings.split_settings, np.full(k, first_only), result)
+    return result
 
 
 def _grow_levels(ctx, data, nodes, frontier, threshold, settings):
@@ -357,11 +363,11 @@ def _grow_tasks(ctx, data, nodes, tasks, settings):
     decrease = np.empty(total, dtype=np.float64)
     count = np.zeros(len(mine), dtype=np.int64)
     if len(mine):
-        grow_subtrees(Xb, target, rows, weights, lo.astype(np.int64), hi.astype(np.int64),
-                      nodes.key[tasks[mine]], nodes.depth[tasks[mine]], settings.n_bins,
-                      settings.max_features, channels, settings.criterion, settings.max_depth,
-                      settings.min_samples_split, settings.min_samples_leaf, base, feature, bins,
-                      right, stats, decrease, count)
+        grow_subtrees(Xb, target, rows, weights,
+                      SubtreeTasks(lo.astype(np.int64), hi.astype(np.int64),
+                                   nodes.key[tasks[mine]], nodes.depth[tasks[mine]], base),
+                      settings.split_settings, SubtreeNodes(feature, bins, right, stats, decrease),
+                      count)
     keep = np.concatenate([np.arange(b, b + c) for b, c in zip(base, count)]) if len(
         mine) else np.zeros(0, dtype=np.int64)
     packed = np.empty((len(keep), 4 + channels), dtype=np.int64)

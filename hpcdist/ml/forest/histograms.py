@@ -18,7 +18,7 @@ siblings and parent seldom share a feature.
 import numpy as np
 
 from ...comm import allreduce
-from ._level_kernels import build_histograms
+from ._level_kernels import HistogramLayout, build_histograms
 
 __all__ = ["LevelHistograms", "plan_level", "reduce_level"]
 
@@ -41,9 +41,10 @@ class LevelHistograms:
         return buffer[offset:offset + size]
 
     def locate(self, nodes, features_of):
-        """``(feature_ptr, features, buffer, offsets)`` of ``features_of[n]`` for ``nodes``.
+        """``(layout, buffer)`` of the histograms ``features_of[n]`` of ``nodes``.
 
-        All the histograms must live in one buffer (one round).
+        All the histograms must live in one buffer (one round); ``buffer`` is
+        None when there are none.
         """
         ptr, features, offsets, buffer = [0], [], [], None
         for node in nodes:
@@ -52,8 +53,14 @@ class LevelHistograms:
                 features.append(f)
                 offsets.append(offset)
             ptr.append(len(features))
-        return (np.asarray(ptr, dtype=np.int64), np.asarray(features, dtype=np.int64),
-                buffer, np.asarray(offsets, dtype=np.int64))
+        return _layout(ptr, features, offsets), buffer
+
+
+def _layout(feature_ptr, features, offsets):
+    """A :data:`._level_kernels.HistogramLayout` of int64 arrays from sequences."""
+    return HistogramLayout(np.asarray(feature_ptr, dtype=np.int64),
+                           np.asarray(features, dtype=np.int64),
+                           np.asarray(offsets, dtype=np.int64))
 
 
 def plan_level(frontier, visit, parent_of, weight_of, previous):
@@ -143,9 +150,7 @@ def reduce_level(ctx, data, nodes, build, derived, previous, into=None):
     buffer = np.zeros(offset, dtype=np.int64)
     ids = np.asarray(nodes, dtype=np.int64)
     build_histograms(data.Xb, data.target, data.weights, data.rows, data.lo[ids], data.hi[ids],
-                     data.tree[ids], np.asarray(ptr, dtype=np.int64),
-                     np.asarray(features, dtype=np.int64), np.asarray(offsets, dtype=np.int64),
-                     channels, data.regression, buffer)
+                     data.tree[ids], _layout(ptr, features, offsets), data.split_settings, buffer)
     if ctx.size > 1 and n_reduced:
         reduced = buffer[:n_reduced]
         allreduce(reduced, out=reduced, ctx=ctx)

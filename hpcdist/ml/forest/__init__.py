@@ -13,7 +13,7 @@ ranks. How:
   the same split (:mod:`.histograms`).
 * Large nodes grow level-wise with one allreduce of histograms per level for
   a batch of trees; small ones are finished on one rank from their gathered
-  rows, with the same split function (:mod:`.grow`, :mod:`._subtree_kernels`).
+  rows, with the same split function (:mod:`.grow`, :mod:`._split_kernels`).
 * Trees are flat arrays; prediction is a Numba traversal (:mod:`.tree`).
 """
 from .binning import BinEdges

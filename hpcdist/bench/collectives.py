@@ -109,6 +109,7 @@ from ..comm.mpi import MPI
 from .common import (
     KIB,
     MIB,
+    benchmark_parser,
     format_size,
     init_gloo,
     load_average,
@@ -320,20 +321,17 @@ def _operation_list(text: str) -> list[str]:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hpcdist bench collectives",
-        description="Time hpcdist's allreduce, broadcast, allgather and send/recv against the "
-                    "mpi4py code doing the same job and torch.distributed (gloo), interleaved "
-                    "on the same buffers, and judge the targets. Run it under mpiexec, with "
-                    "OMP_NUM_THREADS=1.")
+    parser = benchmark_parser(
+        "collectives",
+        "Time hpcdist's allreduce, broadcast, allgather and send/recv against the mpi4py code "
+        "doing the same job and torch.distributed (gloo), interleaved on the same buffers, "
+        "and judge the targets. Run it under mpiexec, with OMP_NUM_THREADS=1.",
+        quick=f"short run: 8 B, 1 KiB, 64 KiB, 1 MiB, {QUICK_REPETITIONS} repetitions, "
+              f"{QUICK_BATCH_MS:g} ms batches")
     parser.add_argument(
         "--sizes", type=_size_list,
         help="comma list of bytes per rank, suffixes K, M, G for KiB, MiB, GiB "
              "(default: 8 B, then powers of 4 from 64 B to 64 MiB)")
-    parser.add_argument(
-        "--quick", action="store_true",
-        help=f"short run: 8 B, 1 KiB, 64 KiB, 1 MiB, {QUICK_REPETITIONS} repetitions, "
-             f"{QUICK_BATCH_MS:g} ms batches")
     parser.add_argument(
         "--repetitions", type=int,
         help=f"timed repetitions per size (default {DEFAULT_REPETITIONS})")
@@ -345,11 +343,6 @@ def _build_parser() -> argparse.ArgumentParser:
         help=f"comma list of operations (default: all of {', '.join(OPERATIONS)})")
     parser.add_argument("--no-gloo", action="store_true",
                         help="leave torch.distributed out even when torch is importable")
-    parser.add_argument("--no-plot", action="store_true", help="do not write the PNG plot")
-    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks") / "results",
-                        help="where NAME.json and NAME.png go (default: ./benchmarks/results)")
-    parser.add_argument("--name", default="collectives",
-                        help="file name stem of the outputs (default: collectives)")
     return parser
 
 

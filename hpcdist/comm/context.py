@@ -106,6 +106,12 @@ class Context:
         if watchdog is not None:
             watchdog.watch(self)
 
+    def __copy__(self):
+        return self  # a context is a handle on shared communicators: copies share it
+
+    def __deepcopy__(self, memo):
+        return self  # so sklearn.base.clone(KMeans(comm=ctx)) keeps the same context
+
     def __repr__(self):
         return (f"<hpcdist.Context rank {self.rank}/{self.size} node {self.node_rank}/"
                 f"{self.num_nodes} local {self.local_rank}/{self.local_size} {self.device}>")

@@ -136,6 +136,11 @@ def _check_owned_contexts(ctx):
         hpcdist.comm.resolve_context("world")
 
 
+def test_copies_of_a_context_are_the_context(ctx):
+    import copy
+    assert copy.copy(ctx) is ctx and copy.deepcopy({"c": ctx})["c"] is ctx
+
+
 def test_owned_contexts_serial(ctx):
     _check_owned_contexts(ctx)
 

@@ -153,3 +153,10 @@ for _test in (test_fit_takes_X_and_y_by_keyword_and_the_old_names_warn,
               test_continuous_targets_to_a_classifier, test_a_column_y_warns_and_fits_as_a_1d_y,
               test_y_none_says_y_is_required, test_a_single_sample_is_named):
     globals()[f"{_test.__name__}_mpi"] = mpi_twin(_test)
+
+
+def test_clone_keeps_a_context_given_as_comm(ctx):
+    from sklearn.base import clone
+
+    from hpcdist.ml import KMeans
+    assert clone(KMeans(n_clusters=2, comm=ctx)).comm is ctx

@@ -454,9 +454,8 @@ def _plot(report, path):
 
 def _write_report(runs, args):
     summary = _summarize(runs, args)
-    print(_summary_text(summary), flush=True)
-    report = common.merged_report("checkpoint", runs, _settings(args), summary)
-    common.write_report(report, args.output_dir, args.name, plot=None if args.no_plot else _plot)
+    common.finish_report("checkpoint", runs, args, settings=_settings(args), summary=summary,
+                         text=_summary_text(summary), plot=_plot)
 
 
 # -- main -------------------------------------------------------------------------------------
@@ -464,9 +463,7 @@ def _write_report(runs, args):
 def main(argv=None):
     """Run the checkpoint benchmark with ``argv`` (default ``sys.argv[1:]``, see ``--help``);
     returns the exit status. See the module docstring."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = _parse_args(argv)
-    return common.run_per_rank_count(argv, args, module="hpcdist.bench.checkpoint",
+    return common.run_per_rank_count(argv, _parse_args, module="hpcdist.bench.checkpoint",
                                      title="hpcdist checkpoint benchmark", measure_job=_measure_job,
                                      describe=lambda run, runs: _run_text(run), write=_write_report)
 

@@ -23,7 +23,8 @@ from ..launch.launchers import find_mpiexec
 
 __all__ = ["KIB", "MIB", "benchmark_parser", "format_size", "package_version", "load_average",
            "machine_info", "median_seconds", "blas_threads", "init_gloo", "pyplot", "write_report",
-           "rank_counts", "add_job_options", "launch_jobs", "run_per_rank_count", "merged_report",
+           "rank_counts", "add_job_options", "launch_jobs", "run_per_rank_count", "finish_report",
+           "merged_report",
            "fill_sizes", "idle_until_all_arrive"]
 
 KIB = 1024
@@ -283,8 +284,10 @@ def launch_jobs(module, argv, ranks):
     return runs
 
 
-def run_per_rank_count(argv, args, *, module, title, measure_job, describe, write):
+def run_per_rank_count(argv, parse_args, *, module, title, measure_job, describe, write):
     """The ``main`` of a benchmark measured by one job per rank count.
+
+    ``argv`` (default ``sys.argv[1:]``) is parsed with ``parse_args(argv)``.
 
     Outside mpiexec: launch a job per ``args.ranks``, print each record with
     ``describe(run, runs)`` and ``write(runs, args)`` the merged report.
@@ -296,6 +299,8 @@ def run_per_rank_count(argv, args, *, module, title, measure_job, describe, writ
     int
         Exit status.
     """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
     if not under_mpi_launcher():
         runs = launch_jobs(module, argv, args.ranks)
         if isinstance(runs, int):
@@ -315,6 +320,13 @@ def run_per_rank_count(argv, args, *, module, title, measure_job, describe, writ
             args.ranks = [run["ranks"]]
             write(runs, args)
     return 0
+
+
+def finish_report(benchmark, runs, args, *, settings, summary, text, plot=None, **extra):
+    """Print a benchmark's summary ``text`` and write its merged report (and plot)."""
+    print(text, flush=True)
+    report = merged_report(benchmark, runs, settings, summary, **extra)
+    write_report(report, args.output_dir, args.name, plot=None if args.no_plot else plot)
 
 
 def merged_report(benchmark, runs, settings, summary, **extra):

@@ -339,10 +339,9 @@ def _settings(args):
 
 def _write_report(runs, args):
     summary, comparisons, identical = _summarize(runs)
-    print(_summary_text(summary, comparisons, identical), flush=True)
-    report = common.merged_report("forest", runs, _settings(args), summary, comparisons=comparisons,
-                                  forest_identical_across_rank_counts=identical)
-    common.write_report(report, args.output_dir, args.name)
+    common.finish_report("forest", runs, args, settings=_settings(args), summary=summary,
+                         text=_summary_text(summary, comparisons, identical),
+                         comparisons=comparisons, forest_identical_across_rank_counts=identical)
 
 
 # -- main -------------------------------------------------------------------------------------
@@ -350,9 +349,7 @@ def _write_report(runs, args):
 def main(argv=None):
     """Run the random forest benchmark with ``argv`` (default ``sys.argv[1:]``, see ``--help``);
     returns the exit status. See the module docstring."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = _parse_args(argv)
-    return common.run_per_rank_count(argv, args, module="hpcdist.bench.forest",
+    return common.run_per_rank_count(argv, _parse_args, module="hpcdist.bench.forest",
                                      title="hpcdist random forest benchmark",
                                      measure_job=_measure_job,
                                      describe=lambda run, runs: _run_text(run),

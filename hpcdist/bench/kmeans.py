@@ -372,10 +372,9 @@ def _plot(report, path):
 
 def _write_report(runs, args):
     summary, agreement = _summarize(runs)
-    print(_summary_text(summary, agreement), flush=True)
-    report = common.merged_report("kmeans", runs, _settings(args), summary,
-                                  agreement_with_sklearn=agreement)
-    common.write_report(report, args.output_dir, args.name, plot=None if args.no_plot else _plot)
+    common.finish_report("kmeans", runs, args, settings=_settings(args), summary=summary,
+                         text=_summary_text(summary, agreement), plot=_plot,
+                         agreement_with_sklearn=agreement)
 
 
 # -- main -------------------------------------------------------------------------------------
@@ -383,9 +382,7 @@ def _write_report(runs, args):
 def main(argv=None):
     """Run the K-means benchmark with ``argv`` (default ``sys.argv[1:]``, see ``--help``);
     returns the exit status. See the module docstring."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = _parse_args(argv)
-    return common.run_per_rank_count(argv, args, module="hpcdist.bench.kmeans",
+    return common.run_per_rank_count(argv, _parse_args, module="hpcdist.bench.kmeans",
                                      title="hpcdist K-means benchmark", measure_job=_measure_job,
                                      describe=_run_text, write=_write_report)
 

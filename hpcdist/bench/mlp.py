@@ -496,9 +496,8 @@ def _plot(report, path):
 def _write_report(runs, args):
     """Print the summary and write the JSON (and the plot) of the runs by rank count."""
     summary = _summarize(runs)
-    print(_summary_text(summary), flush=True)
-    report = common.merged_report("mlp", runs, _settings(args), summary)
-    common.write_report(report, args.output_dir, args.name, plot=None if args.no_plot else _plot)
+    common.finish_report("mlp", runs, args, settings=_settings(args), summary=summary,
+                         text=_summary_text(summary), plot=_plot)
 
 
 # -- main -------------------------------------------------------------------------------------
@@ -506,9 +505,7 @@ def _write_report(runs, args):
 def main(argv=None):
     """Run the MLP benchmark with ``argv`` (default ``sys.argv[1:]``, see ``--help``);
     returns the exit status. See the module docstring."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = _parse_args(argv)
-    return common.run_per_rank_count(argv, args, module="hpcdist.bench.mlp",
+    return common.run_per_rank_count(argv, _parse_args, module="hpcdist.bench.mlp",
                                      title="hpcdist MLP benchmark", measure_job=_measure_job,
                                      describe=lambda run, runs: _run_text(run), write=_write_report)
 

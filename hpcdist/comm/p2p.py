@@ -1,7 +1,7 @@
 """Point-to-point messages: send, recv, isend and irecv of arrays of any shape.
 
 Each message is a header (dtype, shape, kind) followed by the data. Arrays
-of up to 64 KiB ride inside the header's message, so a small send is one
+of up to 4 KiB ride inside the header's message, so a small send is one
 MPI message; larger ones follow in a second message straight into the
 receiver's buffer. With ``shape_known=True`` on both sides (the receiver
 passes ``out`` of the sender's shape and dtype) the raw buffer travels alone:
@@ -45,7 +45,7 @@ class _Wildcard:
 ANY_SOURCE = _Wildcard("ANY_SOURCE")
 ANY_TAG = _Wildcard("ANY_TAG")
 _HEADER_BYTES = HEADER_BYTES
-_INLINE_BYTES = 64 * 1024
+_INLINE_BYTES = 4096  # measured: 64 KiB inline cost 1.5 us more per 16-64 KiB call
 
 
 def _check_peer(peer, ctx, name, argument):

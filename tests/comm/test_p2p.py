@@ -201,3 +201,22 @@ def test_shape_known_promise_is_verified_in_check_mode(ctx, check_mode):
         else:
             assert error is None
     _ring_known(ctx, np.ones(2), np.zeros(2))  # still in step
+
+
+@pytest.mark.parametrize("nbytes", [4096, 4100, 20_000, 200_000])
+def test_self_describing_messages_around_the_inline_size(ctx, nbytes):
+    """Small arrays ride inside the header's message, larger ones follow it."""
+    data = np.arange(nbytes, dtype=np.uint8) ^ 0x5A
+    got = got_nonblocking = out = None
+    if ctx.rank == 0:
+        hpcdist.send(data, 1, tag=7)
+        hpcdist.isend(data, 1, tag=8).wait()
+    elif ctx.rank == 1:
+        got = hpcdist.recv(source=0, tag=7)
+        out = np.zeros(nbytes, dtype=np.uint8)
+        got_nonblocking = hpcdist.irecv(source=0, tag=8, out=out).wait()
+    with all_ranks(f"{nbytes} bytes"):
+        if ctx.rank == 1:
+            check_array(got, data)
+            assert got_nonblocking is out
+            check_array(out, data)

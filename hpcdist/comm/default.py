@@ -123,7 +123,7 @@ def resolve_context(ctx=None):
         return _DEFAULT[0] if _DEFAULT else init()
     if isinstance(ctx, Context):
         return ctx
-    if hasattr(ctx, "Get_rank") and hasattr(ctx, "Dup"):
+    if isinstance(ctx, MPI.Comm):
         return _owned_context(ctx)
     raise TypeError(f"ctx={ctx!r} should be None, an hpcdist Context or an mpi4py "
                     "communicator")

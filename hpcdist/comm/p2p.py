@@ -86,12 +86,17 @@ def _raw_outgoing(x, ctx, name):
     return mpi_buffer(payload.data), payload.data.nbytes
 
 
-def _raw_incoming(out, ctx, name, source):
-    """Where a headerless message lands (``shape_known=True``): (buffer, target)."""
+def _check_known_out(out, ctx, name):
+    """A ``shape_known=True`` receiver must pass ``out``, an array."""
     if out is None or not (hasattr(out, "shape") and hasattr(out, "dtype")):
         raise TypeError(f"{name}(shape_known=True): rank {ctx.rank} passed out={out!r}; pass "
                         f"out=, an array of the sender's shape and dtype (or use "
                         f"shape_known=False)")
+
+
+def _raw_incoming(out, ctx, name, source):
+    """Where a headerless message lands (``shape_known=True``): (buffer, target)."""
+    _check_known_out(out, ctx, name)
     return _receive_buffer(out, tuple(out.shape), np.dtype(out.dtype), ctx, name, source)
 
 
@@ -180,7 +185,7 @@ def _receive(message, status, out, ctx, name, shape_known=False):
 
 def _check_promise(out, shape, dtype, ctx, name, source):
     """Check mode: the message matches the ``out`` a ``shape_known=True`` receiver passed."""
-    _raw_incoming(out, ctx, name, source)
+    _check_known_out(out, ctx, name)
     if tuple(out.shape) != shape or np.dtype(out.dtype) != dtype:
         raise CollectiveMismatchError(
             f"{name}(shape_known=True): rank {ctx.rank} passed out={describe(out)}, rank "

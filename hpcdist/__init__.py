@@ -48,11 +48,23 @@ from .comm import (
                    send,
                    timeline,
 )
-from .exceptions import CollectiveMismatchError, HpcdistError, StallError
+from .exceptions import (
+                         CollectiveMismatchError,
+                         ConfigMismatchError,
+                         DataFileError,
+                         DataFileNotFoundError,
+                         HpcdistError,
+                         InvalidArgumentError,
+                         InvalidArgumentTypeError,
+                         MissingDatasetError,
+                         StallError,
+)
 from .parallel import DDP, DistributedDataParallel
 
 __all__ = [
-    "__version__", "HpcdistError", "CollectiveMismatchError", "StallError",
+    "__version__", "HpcdistError", "CollectiveMismatchError", "ConfigMismatchError",
+    "InvalidArgumentError", "InvalidArgumentTypeError", "MissingDatasetError", "DataFileError",
+    "DataFileNotFoundError", "StallError",
     "Context", "init", "finalize", "get_context", "get_rank", "get_world_size",
     "get_local_rank", "is_main_process", "barrier", "ReduceOp", "Request", "ANY_SOURCE",
     "ANY_TAG", "allreduce", "reduce", "broadcast", "allgather", "gather", "scatter",

@@ -1,18 +1,23 @@
 """Exceptions raised by hpcdist.
 
-Every error that hpcdist raises on purpose derives from :class:`HpcdistError`
-or is one of Python's standard ``ValueError`` / ``TypeError`` for a bad
-argument.
+Every error that hpcdist raises on purpose is a public class deriving from
+:class:`HpcdistError` and from the built-in exception a user would catch
+(``ValueError``, ``TypeError``, ``KeyError``, ``OSError``, ...), so both
+``except hpcdist.HpcdistError`` and ``except ValueError`` work.
 """
 
-__all__ = ["HpcdistError", "CollectiveMismatchError", "StallError"]
+__all__ = [
+    "HpcdistError", "CollectiveMismatchError", "ConfigMismatchError", "InvalidArgumentError",
+    "InvalidArgumentTypeError", "MissingDatasetError", "DataFileError", "DataFileNotFoundError",
+    "StallError",
+]
 
 
 class HpcdistError(Exception):
     """Base class of hpcdist's own errors."""
 
 
-class CollectiveMismatchError(HpcdistError):
+class CollectiveMismatchError(HpcdistError, ValueError):
     """Ranks called a collective with different arguments.
 
     Raised on every rank by the cross-rank agreement check (``check=True``);
@@ -20,5 +25,37 @@ class CollectiveMismatchError(HpcdistError):
     """
 
 
-class StallError(HpcdistError):
+class ConfigMismatchError(HpcdistError, ValueError):
+    """Configuration that must agree across ranks differs between them.
+
+    Raised on every rank at the start of a distributed fit, sampler or save;
+    the message names the parameter and each rank's value.
+    """
+
+
+class InvalidArgumentError(HpcdistError, ValueError):
+    """An argument has a bad value; the message names the value and the fix."""
+
+
+class InvalidArgumentTypeError(HpcdistError, TypeError):
+    """An argument has a bad type; the message names the argument and the type expected."""
+
+
+class MissingDatasetError(HpcdistError, KeyError):
+    """A dataset is missing from an HDF5 file; the message lists the datasets it has."""
+
+    def __str__(self):
+        # KeyError's str() is the repr of its argument; show the message as written.
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
+
+
+class DataFileError(HpcdistError, OSError):
+    """A data file cannot be read or written; the message names the file."""
+
+
+class DataFileNotFoundError(DataFileError, FileNotFoundError):
+    """A data file does not exist; the message names the file."""
+
+
+class StallError(HpcdistError, TimeoutError):
     """A collective did not complete within ``HPCDIST_STALL_TIMEOUT`` seconds."""

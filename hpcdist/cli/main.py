@@ -22,7 +22,8 @@ BENCHMARKS = {"collectives": "hpcdist.bench.collectives",
               "mlp": "hpcdist.bench.mlp",
               "kmeans": "hpcdist.bench.kmeans",
               "forest": "hpcdist.bench.forest",
-              "checkpoint": "hpcdist.bench.checkpoint"}
+              "checkpoint": "hpcdist.bench.checkpoint",
+              "gpu": "hpcdist.bench.gpu"}
 #: benchmarks that start one mpiexec job per rank count themselves: ``-n N``
 #: becomes ``--ranks 1,N`` (measured at 1 rank and at N ranks)
 SELF_LAUNCHING = {"mlp", "kmeans", "forest", "checkpoint"}

@@ -19,10 +19,14 @@ from ..exceptions import ConfigMismatchError
 from .checks import format_ranks
 from .mpi import MPI
 
-__all__ = ["agree_config", "describe_value"]
+__all__ = ["agree_config", "describe_value", "Described"]
 
 _DIGEST_BYTES = 16
 _PLAIN_TYPES = (type(None), bool, int, float, complex, str, bytes)
+
+
+class Described(str):
+    """A setting given as its description: compared and shown as written (no quotes)."""
 
 
 def _array_description(array):
@@ -66,6 +70,8 @@ def describe_value(value):
     -------
     str
     """
+    if isinstance(value, Described):
+        return str(value)
     if isinstance(value, enum.Enum):
         return f"{type(value).__name__}.{value.name}"
     if isinstance(value, np.generic):  # before the plain types: np.float64 is a float
@@ -114,7 +120,7 @@ def _first_difference(where, all_descriptions):
     return f"{where}: settings differ across ranks in their order"  # same items, other order
 
 
-def agree_config(ctx, where, values):
+def agree_config(ctx, where, values, fix=None):
     """Collective: raise on every rank unless every rank passes the same settings.
 
     Parameters
@@ -126,6 +132,8 @@ def agree_config(ctx, where, values):
     values : dict
         Setting name -> value (plain Python values, small tuples, dtypes, arrays;
         see :func:`describe_value`). Every rank passes the same names.
+    fix : str, optional
+        What the user should do, appended to the message.
 
     Raises
     ------
@@ -141,4 +149,5 @@ def agree_config(ctx, where, values):
     if (digests == digests[0]).all():
         return
     all_descriptions = ctx._private_comm.allgather(descriptions)
-    raise ConfigMismatchError(_first_difference(where, all_descriptions))
+    message = _first_difference(where, all_descriptions)
+    raise ConfigMismatchError(message if fix is None else f"{message}; {fix}")

@@ -4,10 +4,14 @@ Every rank computes the same permutation of the whole data set from
 ``(seed, epoch)``, without communication, and takes every
 ``num_replicas``-th index starting at its rank.
 """
+import contextlib
+
 import numpy as np
 
 from .._checks import check_int
 from ..comm import resolve_context
+from ..comm.agreement import agree_config
+from ..comm.checks import validated_on_every_rank
 from ._checks import check_rank, check_seed
 
 __all__ = ["DistributedSampler"]
@@ -38,7 +42,11 @@ class DistributedSampler:
         data set) whose length is used.
     num_replicas : int, optional
         Number of ranks sharing the data set; default: the size of the
-        default context.
+        default context. With neither ``num_replicas`` nor ``rank`` given,
+        every rank of the default context must make its sampler (collective):
+        a bad value on one rank raises on all, and ``dataset_size``,
+        ``shuffle``, ``seed`` and ``drop_last`` must agree across ranks
+        (``ConfigMismatchError`` names the one that does not).
     rank : int, optional
         This rank, in ``0..num_replicas - 1``; default: the rank in the
         default context.
@@ -69,19 +77,27 @@ class DistributedSampler:
 
     def __init__(self, dataset_size, num_replicas=None, rank=None, *, shuffle=True, seed=0,
                  drop_last=False):
-        if (hasattr(dataset_size, "__len__") and getattr(dataset_size, "ndim", 1)
-                and not isinstance(dataset_size, (str, bytes))):
-            dataset_size = len(dataset_size)
-        self.dataset_size = check_int(dataset_size, "dataset_size", minimum=0)
-        if num_replicas is None or rank is None:
-            ctx = resolve_context()
-            num_replicas = ctx.size if num_replicas is None else num_replicas
-            rank = ctx.rank if rank is None else rank
-        self.num_replicas = check_int(num_replicas, "num_replicas", minimum=1)
-        self.rank = check_rank(rank, self.num_replicas, world_name="num_replicas")
-        self.shuffle = bool(shuffle)
-        self.seed = check_seed(seed)
-        self.drop_last = bool(drop_last)
+        # with neither given, every rank of the default context makes its sampler
+        # together: a bad value on one rank fails all, and the settings must agree
+        ctx = resolve_context() if num_replicas is None and rank is None else None
+        with validated_on_every_rank(ctx) if ctx is not None else contextlib.nullcontext():
+            if (hasattr(dataset_size, "__len__") and getattr(dataset_size, "ndim", 1)
+                    and not isinstance(dataset_size, (str, bytes))):
+                dataset_size = len(dataset_size)
+            self.dataset_size = check_int(dataset_size, "dataset_size", minimum=0)
+            if num_replicas is None or rank is None:
+                default = ctx if ctx is not None else resolve_context()
+                num_replicas = default.size if num_replicas is None else num_replicas
+                rank = default.rank if rank is None else rank
+            self.num_replicas = check_int(num_replicas, "num_replicas", minimum=1)
+            self.rank = check_rank(rank, self.num_replicas, world_name="num_replicas")
+            self.shuffle = bool(shuffle)
+            self.seed = check_seed(seed)
+            self.drop_last = bool(drop_last)
+        if ctx is not None:
+            agree_config(ctx, "DistributedSampler", {
+                "dataset_size": self.dataset_size, "shuffle": self.shuffle, "seed": self.seed,
+                "drop_last": self.drop_last})
         self.epoch = 0
         if self.drop_last:
             self.num_samples = self.dataset_size // self.num_replicas

@@ -19,15 +19,18 @@ from abc import ABCMeta, abstractmethod
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._arrays import is_cupy
-from ..comm import allreduce, resolve_context
+from ..comm import allreduce, broadcast_object, resolve_context
+from ..comm.agreement import agree_config
 from ..comm.checks import validated_on_every_rank
 from ._checkpointing import FitCheckpointing
 from ._validation import check_device_rows
 
-__all__ = ["DistributedEstimator", "DistributedClassifierMixin", "accepts_local_keywords"]
+__all__ = ["DistributedEstimator", "DistributedClassifierMixin", "accepts_local_keywords",
+           "shared_seed"]
 
 #: the arguments' names before scikit-learn's ``X, y`` (still accepted, with a FutureWarning)
 _RENAMED_ARGUMENTS = {"X_local": "X", "y_local": "y"}
@@ -62,6 +65,20 @@ def accepts_local_keywords(method):
     return renaming
 
 
+def shared_seed(random_state, ctx, high):
+    """An int seed in ``[0, high)``, the same on every rank, so that a fit is rank-invariant.
+
+    An integer ``random_state`` (checked equal across ranks by the estimators)
+    gives it everywhere without communication; None or a ``RandomState`` draws
+    on rank 0, which broadcasts it.
+    """
+    def draw():
+        return int(check_random_state(random_state).randint(high))
+    if isinstance(random_state, (int, np.integer)) or ctx.size == 1:
+        return draw()
+    return broadcast_object(draw() if ctx.rank == 0 else None, root=0, ctx=ctx)
+
+
 class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
     """Base of the estimators trained over MPI ranks.
 
@@ -83,6 +100,8 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
     _model_attribute = None
     #: attributes a new ``fit`` removes before it starts
     _fit_attributes = ()
+    #: parameters that may differ between ranks (they do not change the model)
+    _per_rank_params = ("comm", "verbose", "n_jobs")
 
     # -- pickling --------------------------------------------------------------------------
     def __getstate__(self):
@@ -108,11 +127,30 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
         mpi4py communicator: the one context owned for it, created on first use)."""
         return resolve_context(self.comm)
 
-    def _start_fit(self, checkpoint, checkpoint_every):
-        """The opening of ``fit``: hyperparameters, context, checkpointing, no old fit.
+    def _agree_across_ranks(self, ctx, where, X):
+        """Collective: raise ``ConfigMismatchError`` on every rank unless every rank has
+        the same parameters (all but :attr:`_per_rank_params`), input dtype and width.
+
+        A ``random_state`` that is not an integer is left out: the seed is then
+        drawn on rank 0 and broadcast (:func:`shared_seed`).
+        """
+        settings = {name: value for name, value in self.get_params(deep=False).items()
+                    if name not in self._per_rank_params}
+        if not isinstance(settings.get("random_state", 0), (int, np.integer)):
+            del settings["random_state"]
+        shape = getattr(X, "shape", (None, None))
+        settings["X.dtype"] = getattr(X, "dtype", type(X).__name__)
+        settings["n_features"] = shape[1] if len(shape) == 2 else shape[1:]
+        agree_config(ctx, f"{type(self).__name__}.{where}", settings)
+
+    def _start_fit(self, X, checkpoint, checkpoint_every):
+        """The opening of ``fit``: settings agreed across ranks, hyperparameters, context,
+        checkpointing, no old fit.
 
         Parameters
         ----------
+        X : array-like
+            This rank's rows (their dtype and width must agree across ranks).
         checkpoint : hpcdist.checkpoint.CheckpointManager or None
         checkpoint_every : int or None
             ``fit``'s arguments of the same names.
@@ -125,15 +163,24 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
         saving : FitCheckpointing
             The checkpoints and stop signals of this call (a context manager).
         """
-        params = self._check_params()
         ctx = self._context()
+        self._agree_across_ranks(ctx, "fit", X)
+        params = self._check_params()
         saving = FitCheckpointing(self, checkpoint, checkpoint_every, ctx)
         for attribute in self._fit_attributes:
             self.__dict__.pop(attribute, None)
         return params, ctx, saving
 
-    def _start_epoch(self):
-        """The opening of ``train_epoch``: the hyperparameters are checked on the first call.
+    def _start_epoch(self, X, where="train_epoch"):
+        """The opening of ``train_epoch``: settings agreed across ranks, the
+        hyperparameters checked on the first call.
+
+        Parameters
+        ----------
+        X : array-like
+            This rank's rows.
+        where : str
+            The method, for messages.
 
         Returns
         -------
@@ -143,6 +190,7 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
         """
         fitted = hasattr(self, self._model_attribute)
         ctx = self._context()
+        self._agree_across_ranks(ctx, where, X)
         if not fitted:
             self._check_params()
         return fitted, ctx

@@ -196,7 +196,7 @@ class _BaseMLP(DistributedEstimator):
         -------
         self
         """
-        _, ctx, saving = self._start_fit(checkpoint, checkpoint_every)
+        _, ctx, saving = self._start_fit(X, checkpoint, checkpoint_every)
         converged = False
         with saving:
             resumed = saving.resume() is not None
@@ -247,7 +247,7 @@ class _BaseMLP(DistributedEstimator):
         -------
         self
         """
-        fitted, ctx = self._start_epoch()
+        fitted, ctx = self._start_epoch(X, "partial_fit")
         data, shares = self._validate(X, y, ctx, fitted=fitted)
         targets = self._targets(data, first_call=not fitted, ctx=ctx, classes=classes)
         loss = self._epoch(data.X, targets, shares, data.n_global, ctx)

@@ -23,7 +23,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ..comm import allgather_object, broadcast, broadcast_object, iallreduce, resolve_context
+from ..comm import broadcast, broadcast_object, iallreduce, resolve_context
+from ..comm.agreement import Described, agree_config
 from ..comm.requests import ProgressPoller
 from ..compression import compressed_allreduce
 from ..nn.module import Module, array_module
@@ -72,9 +73,11 @@ class DistributedDataParallel(Module):
 
     Raises
     ------
+    ConfigMismatchError
+        On every rank, naming the first parameter or buffer whose name, shape
+        or dtype differs between ranks (or a setting that does).
     ValueError
-        On every rank, naming the first parameter whose name, shape or dtype
-        differs between ranks, or for a negative ``bucket_size_mb``.
+        For a negative ``bucket_size_mb``.
     """
 
     def __init__(self, module, *, bucket_size_mb=25.0, broadcast_buffers=True,
@@ -94,7 +97,9 @@ class DistributedDataParallel(Module):
         self.compression = compression
         self.exposed_communication_seconds = 0.0
         named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
-        _verify_layout(self.ctx, named, module)
+        _verify_layout(self.ctx, named, module,
+                       {"bucket_size_mb": bucket_size_mb, "broadcast_buffers": broadcast_buffers,
+                        "compression": compression})
         self._broadcast_state(named)
         self.buckets = assign_buckets(named, bucket_size_mb * _MEBIBYTE)
         self._where = {}
@@ -251,37 +256,18 @@ def _fresh_copy(compressor):
     return copy.deepcopy(compressor)
 
 
-def _verify_layout(ctx, named, module):
-    """Raise on every rank unless all ranks have the same parameters and
-    buffers (names, shapes, dtypes), in order."""
-    layout = [(name, tuple(p.shape), np.dtype(p.dtype).str) for name, p in named]
-    layout += [(f"buffer {name}", tuple(b.shape), np.dtype(b.dtype).str)
-               if hasattr(b, "shape") and hasattr(b, "dtype")
-               else (f"buffer {name}", None, type(b).__name__)
-               for name, b in module.named_buffers()]
-    if ctx.size == 1:
-        return
-    layouts = allgather_object(layout, ctx=ctx)
-    reference = layouts[0]
-    for rank, other in enumerate(layouts[1:], start=1):
-        if other == reference:
-            continue
-        for position in range(max(len(reference), len(other))):
-            mine = other[position] if position < len(other) else None
-            root = reference[position] if position < len(reference) else None
-            if mine != root:
-                break
-        raise ValueError(
-            f"DistributedDataParallel: the model differs between ranks at parameter or "
-            f"buffer #{position}: rank 0 has {_describe(root)}, rank {rank} has "
-            f"{_describe(mine)}; every rank must build the same model (same layers, shapes "
-            "and dtypes)")
+def _verify_layout(ctx, named, module, settings):
+    """Raise ``ConfigMismatchError`` on every rank unless all ranks have the same
+    parameters and buffers (names, shapes, dtypes, in order) and ``settings``."""
+    values = {f"parameter {name}": _layout(p.data) for name, p in named}
+    values.update((f"buffer {name}", _layout(b)) for name, b in module.named_buffers())
+    values.update(settings)
+    agree_config(ctx, "DistributedDataParallel", values,
+                 fix="every rank must build the same model (same layers, shapes and dtypes) "
+                     "and wrap it with the same settings")
 
 
-def _describe(entry):
-    if entry is None:
-        return "nothing"
-    name, shape, dtype = entry
-    if shape is None:  # a buffer that is not an array
-        return f"{name!r} of type {dtype}"
-    return f"{name!r} of shape {shape} and dtype {np.dtype(dtype).name}"
+def _layout(value):
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return Described(f"{np.dtype(value.dtype)}{list(value.shape)}")
+    return Described(f"a {type(value).__name__}")

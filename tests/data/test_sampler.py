@@ -169,3 +169,19 @@ def test_sampler_drop_last_across_ranks(ctx):
 def test_sampler_bad_rank_on_every_rank(ctx):
     expect_error(ValueError, DistributedSampler, 10, rank=ctx.size,
                  match=rf"rank={ctx.size} should be in 0\.\.{ctx.size - 1}")
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("setting, ours, theirs", [
+    ("seed", 7, 8), ("shuffle", True, False), ("dataset_size", 10, 11), ("drop_last", False, True)])
+def test_sampler_settings_that_differ_are_named_on_every_rank(ctx, setting, ours, theirs):
+    settings = {"dataset_size": 10, setting: ours if ctx.rank == 0 else theirs}
+    expect_error(hpcdist.ConfigMismatchError, DistributedSampler, **settings,
+                 match=[rf"^DistributedSampler: {setting} differs across ranks: rank 0 has "
+                        rf"{ours}, ranks? 1"])
+
+
+@pytest.mark.mpi(min_size=2)
+def test_sampler_bad_seed_on_one_rank_fails_every_rank(ctx):
+    expect_error(ValueError, DistributedSampler, 10, seed=-1 if ctx.rank == 1 else 0,
+                 match=r"seed=-1 should be >= 0")

@@ -434,7 +434,7 @@ def test_different_widths_on_different_ranks():
     if hpcdist.get_rank() == 1:
         X = X[:, :4]
     expect_error(ValueError, RandomForestClassifier(2).fit, X, y,
-                 match=[r"different number of features", r"rank 1: 4"])
+                 match=[r"n_features differs across ranks", r"rank 1 has 4"])
 
 
 def test_y_missing_on_one_rank():

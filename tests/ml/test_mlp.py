@@ -173,7 +173,7 @@ def test_different_widths_on_different_ranks():
     if hpcdist.get_rank() == 1:
         X = X[:, :4]
     expect_error(ValueError, MLPClassifier((4,), batch_size=8).fit, X, y,
-                 match=[r"different number of features", r"rank 1: 4"])
+                 match=[r"n_features differs across ranks", r"rank 1 has 4"])
 
 
 @pytest.mark.mpi(min_size=2)

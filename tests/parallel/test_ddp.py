@@ -198,8 +198,9 @@ def test_parameters_without_gradient_count_as_zero(ctx, bucket_size_mb):
 @pytest.mark.mpi(min_size=2)
 def test_layout_mismatch_names_the_parameter(ctx):
     hidden = N_HIDDEN + (ctx.rank == 1)
-    expect_error(ValueError, hpcdist.DDP, make_model(hidden=hidden), ctx=ctx,
-                 match=[r"0\.weight", r"rank 1", r"same model"])
+    expect_error(hpcdist.ConfigMismatchError, hpcdist.DDP, make_model(hidden=hidden), ctx=ctx,
+                 match=[r"^DistributedDataParallel: parameter 0\.weight differs across ranks: ",
+                        rf"rank 1 has float64\[{N_HIDDEN + 1}, {N_FEATURES}\]", r"same model"])
     # the job goes on
     assert hpcdist.allreduce(1, ctx=ctx) == ctx.size
 
@@ -267,8 +268,16 @@ def test_buffer_layout_mismatch_names_the_buffer(ctx):
     model = _WithBuffer(0)
     if ctx.rank == 1:
         model.register_buffer("running", np.zeros(4))
-    expect_error(ValueError, hpcdist.DDP, model, ctx=ctx,
-                 match=[r"buffer running", r"shape \(3,\)", r"shape \(4,\)", r"same model"])
+    expect_error(hpcdist.ConfigMismatchError, hpcdist.DDP, model, ctx=ctx,
+                 match=[r"buffer running differs across ranks", r"float64\[3\]",
+                        r"rank 1 has float64\[4\]", r"same model"])
+
+
+@pytest.mark.mpi(min_size=2)
+def test_settings_that_differ_are_named(ctx):
+    expect_error(hpcdist.ConfigMismatchError, hpcdist.DDP, make_model(), ctx=ctx,
+                 bucket_size_mb=1.0 if ctx.rank == 0 else 2.0,
+                 match=[r"bucket_size_mb differs across ranks: rank 0 has 1\.0"])
 
 
 def test_compression_per_bucket(ctx):

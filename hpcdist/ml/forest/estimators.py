@@ -15,14 +15,19 @@ from tqdm.auto import tqdm
 
 from ...comm import allreduce, broadcast
 from ...comm.checks import validated_on_every_rank
-from .._base import DistributedClassifierMixin, DistributedEstimator, accepts_local_keywords
+from .._base import (
+    DistributedClassifierMixin,
+    DistributedEstimator,
+    accepts_local_keywords,
+    shared_seed,
+)
 from .._validation import check_local_data
 from ._hash_kernels import MAX_BOOTSTRAP_WEIGHT
 from ._predict_kernels import oob_sums
 from ._split_kernels import CRITERIA
 from .binning import BinEdges, find_bin_edges
 from .grow import NO_DEPTH_LIMIT, GrowSettings, grow_trees
-from .sampling import global_row_index, resolve_seed
+from .sampling import global_row_index
 from .targets import FixedPointTarget, class_fractions
 from .tree import Forest
 
@@ -179,7 +184,7 @@ class _BaseForest(DistributedEstimator):
         if first:
             self.n_features_in_ = data.n_features
             self._max_features = self._resolve_max_features(data.n_features)
-            self._seed = resolve_seed(self.random_state, ctx)
+            self._seed = np.uint64(shared_seed(self.random_state, ctx, np.iinfo(np.int64).max))
         global_index = global_row_index(data.counts, ctx.rank)
         if first:
             self.bin_edges_ = find_bin_edges(ctx, data.X, global_index, data.n_global,
@@ -220,7 +225,7 @@ class _BaseForest(DistributedEstimator):
         -------
         self
         """
-        _, ctx, saving = self._start_fit(checkpoint, checkpoint_every)
+        _, ctx, saving = self._start_fit(X, checkpoint, checkpoint_every)
         batch = int(self.trees_per_batch)
         with saving:
             resumed = saving.resume() is not None
@@ -263,7 +268,7 @@ class _BaseForest(DistributedEstimator):
         -------
         self
         """
-        fitted, ctx = self._start_epoch()
+        fitted, ctx = self._start_epoch(X)
         prepared = self._prepare(X, y, ctx, first=not fitted)
         if not fitted:
             self.forest_ = Forest.empty(self._n_values())

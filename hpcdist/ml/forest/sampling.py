@@ -15,28 +15,12 @@ Bootstrap
     ``n`` rows; the expected in-bag fraction is the same ``1 - 1/e``).
 """
 import numpy as np
-from sklearn.utils import check_random_state
 
-from ...comm import broadcast_object
 from ._hash_kernels import bootstrap_weights, hash_below
 
-__all__ = ["resolve_seed", "global_row_index", "row_sample", "bootstrap", "assign_owners"]
+__all__ = ["global_row_index", "row_sample", "bootstrap", "assign_owners"]
 
 _SAMPLE_STREAM = np.uint64(0x73616D706C65726F)
-
-
-def resolve_seed(random_state, ctx):
-    """A uint64 seed, the same on every rank.
-
-    An int ``random_state`` gives the same seed everywhere without
-    communication; None or a ``RandomState`` draws on rank 0 and broadcasts.
-    """
-    def draw():
-        return int(check_random_state(random_state).randint(0, np.iinfo(np.int64).max,
-                                                            dtype=np.int64))
-    if isinstance(random_state, (int, np.integer)) or ctx.size == 1:
-        return np.uint64(draw())
-    return np.uint64(broadcast_object(draw() if ctx.rank == 0 else None, ctx=ctx))
 
 
 def global_row_index(counts, rank):

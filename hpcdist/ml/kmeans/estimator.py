@@ -14,13 +14,13 @@ import numpy as np
 from sklearn.base import ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics.pairwise import euclidean_distances
-from sklearn.utils import check_array, check_random_state
+from sklearn.utils import check_array
 
 from ..._arrays import array_module, is_cupy
-from ...comm import allreduce, broadcast, broadcast_object
+from ...comm import allreduce, broadcast
 from ...comm.checks import validated_on_every_rank
 from ...kernels._arrays import aligned_empty
-from .._base import DistributedEstimator, accepts_local_keywords
+from .._base import DistributedEstimator, accepts_local_keywords, shared_seed
 from .._validation import check_local_data
 from .initialization import Shards, kmeans_parallel, kmeans_plusplus, random_rows
 from .kernels import assign
@@ -37,6 +37,7 @@ from .lloyd import (
 __all__ = ["KMeans"]
 
 _INIT_METHODS = ("k-means++", "k-means||", "random")
+_SEED_BOUND = np.iinfo(np.int32).max  # seeds of the initialisations are below it
 
 
 #: attributes a fit sets (``fit`` removes them first; a state without centers as well)
@@ -210,13 +211,6 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
                                      "pass the same initial centers on every rank")
         return init
 
-    def _seed(self, ctx):
-        """An int seed, the same on every rank (rank 0's when random_state is not an int)."""
-        seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
-        if ctx.size > 1 and not isinstance(self.random_state, numbers.Integral):
-            seed = broadcast_object(seed, root=0, ctx=ctx)
-        return seed
-
     # -- fitting ----------------------------------------------------------------------------
     def _prepare(self, data, ctx, resumed=False):
         """Global statistics, the centered rows and everything an initialization needs.
@@ -275,7 +269,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         -------
         self
         """
-        n_init, ctx, saving = self._start_fit(checkpoint, checkpoint_every)
+        n_init, ctx, saving = self._start_fit(X, checkpoint, checkpoint_every)
         with saving:
             resumed = saving.resume() is not None
             data = self._validate(X, ctx, f"{type(self).__name__}.fit", fitted=resumed)
@@ -287,7 +281,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
                 self._fit_progress = {
                     "progress": 0, "max_iter": int(self.max_iter),
                     "position": {"run": 0, "rng": _rng_tree(np.random.RandomState(
-                        self._seed(ctx)))}}
+                        shared_seed(self.random_state, ctx, _SEED_BOUND)))}}
             else:
                 self._rewind_for_max_iter()
             self._fit_runs(Xc, init, shards, ctx, n_init, saving)
@@ -465,11 +459,11 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         -------
         self
         """
-        fitted, ctx = self._start_epoch()
+        fitted, ctx = self._start_epoch(X)
         data = self._validate(X, ctx, f"{type(self).__name__}.train_epoch", fitted)
         if not fitted:
             Xc, shards, init = self._prepare(data, ctx)
-            rng = np.random.RandomState(self._seed(ctx))
+            rng = np.random.RandomState(shared_seed(self.random_state, ctx, _SEED_BOUND))
             self._centered = self._initial_centers(Xc, init, rng, shards, ctx)
             self.n_iter_ = 0
         else:

@@ -282,7 +282,10 @@ class CheckpointManager:
         ------
         ValueError, TypeError
             Bad arguments, or states that differ between ranks (on every
-            rank, naming the entry and the ranks).
+            rank, naming the entry and the ranks), before anything is written.
+        ConfigMismatchError
+            A replicated entry (written once, from rank 0) whose value differs
+            between ranks (compared by the CRC-32 of its bytes).
         CheckpointError
             Writing or committing failed on some rank (on every rank; the
             previous steps are untouched and nothing new is visible). With

@@ -20,11 +20,14 @@ every entry whole into the shared ``index.h5``.
 """
 
 import json
+import zlib
 
 import numpy as np
 
 from .._partition import balanced_counts, offsets_of
 from ..comm.checks import format_ranks
+from ..exceptions import ConfigMismatchError
+from .checksum import format_crc
 from .state import CONTAINER_KINDS, Container, dtype_from_record, dtype_record, storage_dtype
 
 __all__ = ["INDEX_FILE", "STRIPE_MIN_BYTES", "rank_file", "balanced_range", "describe",
@@ -58,7 +61,9 @@ def describe(nodes):
     -------
     list of tuple
         ``(path, kind, length)`` for containers, ``(path, kind, dtype_json,
-        shape, axis, extra_json)`` for leaves.
+        shape, axis, extra_json, crc)`` for leaves; ``crc`` is the CRC-32 of a
+        replicated leaf's bytes (None for a Sharded one), so that ranks holding
+        different values of an entry that is written once are caught.
     """
     description = []
     for path, node in nodes:
@@ -67,9 +72,14 @@ def describe(nodes):
         else:
             dtype = None if node.data is None else json.dumps(dtype_record(node.data.dtype))
             shape = None if node.data is None else tuple(node.data.shape)
+            crc = None if node.kind == "sharded" or node.data is None else _crc32(node.data)
             description.append((path, node.kind, dtype, shape, node.axis,
-                                json.dumps(node.extra, sort_keys=True)))
+                                json.dumps(node.extra, sort_keys=True), crc))
     return description
+
+
+def _crc32(array):
+    return zlib.crc32(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
 
 
 class Plan:
@@ -146,12 +156,22 @@ def _check_structure(descriptions):
             _check_same(path, "shape apart from the split axis",
                         [str(item[3][:axis] + ("*",) + item[3][axis + 1:]).replace("'", "")
                          for item in items])
-        elif kind == "array":
-            values = [item[3] for item in items]
-            if len(set(values)) > 1:
-                raise ValueError(f"checkpoint entry {path!r} is replicated (not Sharded) but "
-                                 f"its shape differs between ranks: shape {_grouped(values)}; "
-                                 "wrap per-rank blocks in Sharded(local_array, axis=...)")
+        else:
+            if kind == "array":
+                values = [item[3] for item in items]
+                if len(set(values)) > 1:
+                    raise ValueError(f"checkpoint entry {path!r} is replicated (not Sharded) "
+                                     f"but its shape differs between ranks: shape "
+                                     f"{_grouped(values)}; wrap per-rank blocks in "
+                                     "Sharded(local_array, axis=...)")
+            crcs = [item[6] for item in items]
+            if len(set(crcs)) > 1:
+                raise ConfigMismatchError(
+                    f"checkpoint entry {path!r} is replicated (not Sharded) and written once, "
+                    f"but its value differs between ranks: CRC-32 "
+                    f"{_grouped([None if crc is None else format_crc(crc) for crc in crcs])}; "
+                    "save the same value on every rank, or wrap per-rank values in "
+                    "Sharded(local_array, axis=...)")
 
 
 def make_plan(descriptions, step, backend):
@@ -173,7 +193,7 @@ def make_plan(descriptions, step, backend):
         if kind in CONTAINER_KINDS:
             plan.entries[path] = {"kind": kind, "length": item[2]}
             continue
-        _, _, dtype_json, shape, axis, extra_json = item
+        _, _, dtype_json, shape, axis, extra_json, _ = item
         entry = {"kind": kind, "dataset": path, **json.loads(extra_json)}
         plan.entries[path] = entry
         if dtype_json is None:  # None: no data at all

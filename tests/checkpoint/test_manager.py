@@ -263,6 +263,8 @@ test_bad_state_on_one_rank_raises_on_every_rank_mpi = mpi_twin(
     ("kind", r"entry 'X' differs between ranks: it is Sharded on rank 0, a replicated array"),
     ("dtype", r"entry 'X' differs between ranks: dtype float64 on rank 0, float32 on rank"),
     ("shape", r"'w' is replicated .* shape \(3,\) on rank 0, \(4,\) on rank"),
+    ("value", r"'w' is replicated .* its value differs between ranks: CRC-32 [0-9a-f]{8} on "
+              r"rank 0, [0-9a-f]{8} on rank"),
 ])
 def test_states_that_differ_between_ranks_raise_on_every_rank(ctx, shared_dir, case, match):
     mgr = CheckpointManager(shared_dir, ctx=ctx)
@@ -270,7 +272,8 @@ def test_states_that_differ_between_ranks_raise_on_every_rank(ctx, shared_dir, c
     step = 2 if case == "step" and other else 1
     X = np.zeros(2, np.float32 if case == "dtype" and other else np.float64)
     state = {"X": X if case == "kind" and other else Sharded(X),
-             "w": np.zeros(4 if case == "shape" and other else 3)}
+             "w": np.full(4 if case == "shape" and other else 3,
+                          float(ctx.rank) if case == "value" else 0.0)}
     if case == "missing" and other:
         state["extra"] = 1
     expect_error(ValueError, mgr.save, step, state, match=match)

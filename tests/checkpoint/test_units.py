@@ -7,6 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import hpcdist
 from hpcdist.checkpoint import CheckpointCorruptError, CheckpointError, Sharded
 from hpcdist.checkpoint.checksum import (
     CHUNK_BYTES,
@@ -152,10 +153,18 @@ def test_plan_offsets_stripes_and_inline():
      r"shape apart from the split axis"),
     (({"a": np.zeros(2)}, {"a": np.zeros(3)}), r"replicated .* shape \(2,\) on rank 0"),
     (({"a": [1, 2]}, {"a": [1]}), r"'a/1' is missing on rank 1"),
+    (({"a": np.zeros(2)}, {"a": np.ones(2)}),
+     r"^checkpoint entry 'a' is replicated \(not Sharded\) and written once, but its value "
+     r"differs between ranks: CRC-32 [0-9a-f]{8} on rank 0, [0-9a-f]{8} on rank 1; save the "
+     r"same value on every rank, or wrap per-rank values in Sharded"),
+    (({"lr": 0.1, "name": "a"}, {"lr": 0.2, "name": "a"}), r"'lr' is replicated .* value differs"),
+    (({"name": "run-a"}, {"name": "run-b"}), r"'name' is replicated .* value differs"),
 ])
 def test_plan_refuses_states_that_differ_between_ranks(states, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match=match) as raised:
         make_plan(_descriptions(*states), step=0, backend="sharded")
+    if "value differs" in match:
+        assert isinstance(raised.value, hpcdist.ConfigMismatchError)
 
 
 def _manifest(**changes):

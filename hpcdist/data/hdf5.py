@@ -18,20 +18,13 @@ from .._arrays import to_host
 from .._hdf5_blocks import blocks_of, collective_dxpl, h5py_is_parallel, write_block, write_empty
 from ..comm import allgather_object, resolve_context
 from ..comm.checks import format_ranks, raise_on_every_rank, validated_on_every_rank
-from ..exceptions import HpcdistError
+from ..exceptions import DataFileError, DataFileNotFoundError, HpcdistError, MissingDatasetError
 from .partition import DataPartitioner
 
 __all__ = ["load_hdf5", "save_hdf5"]
 
 _SHARED_ERRORS = (ValueError, TypeError, KeyError, OSError, HpcdistError)
 _LISTED = 20  # names shown in a "what exists" message
-
-
-class _MissingDataset(KeyError):
-    """KeyError with a readable message (KeyError quotes its argument)."""
-
-    def __str__(self):
-        return str(self.args[0])
 
 
 def _validated(ctx):
@@ -95,10 +88,13 @@ def load_hdf5(path, dataset, *, ctx=None, axis=0):
 
     Raises
     ------
-    FileNotFoundError
-        No file at ``path`` (the message lists the HDF5 files next to it).
-    KeyError
-        No dataset of that name (the message lists those in the file).
+    hpcdist.DataFileNotFoundError
+        No file at ``path`` (the message lists the HDF5 files next to it); a
+        ``FileNotFoundError``.
+    hpcdist.DataFileError
+        ``path`` is not an HDF5 file (an ``OSError``).
+    hpcdist.MissingDatasetError
+        No dataset of that name (the message lists those in the file); a ``KeyError``.
     ValueError, TypeError
         A bad ``axis`` or ``dataset``.
 
@@ -119,14 +115,20 @@ def load_hdf5(path, dataset, *, ctx=None, axis=0):
                                if name.endswith((".h5", ".hdf5", ".hdf", ".he5")))
             except OSError:
                 found = []
-            raise FileNotFoundError(f"{what}: no file {path!r} (HDF5 files in {folder}: "
-                                    f"{_listing(found)})")
-        with h5py.File(path, "r") as h5file:
+            raise DataFileNotFoundError(f"{what}: no file {path!r} (HDF5 files in {folder}: "
+                                        f"{_listing(found)})")
+        try:
+            h5file = h5py.File(path, "r")
+        except OSError as error:
+            raise DataFileError(f"{what}: {path!r} cannot be read as an HDF5 file ({error}); "
+                                "pass an HDF5 file (h5py, h5dump and save_hdf5 make them)"
+                                ) from None
+        with h5file:
             node = h5file.get(dataset)
             if not isinstance(node, h5py.Dataset):
                 kind = "a group" if node is not None else "no such dataset"
-                raise _MissingDataset(f"{what}: {path} has {kind} at {dataset!r}; its datasets: "
-                                      f"{_listing(_datasets_in(h5file))}")
+                raise MissingDatasetError(f"{what}: {path} has {kind} at {dataset!r}; its "
+                                          f"datasets: {_listing(_datasets_in(h5file))}")
             axis = _check_axis(axis, node.ndim, what)
             start, stop = DataPartitioner(node.shape[axis], ctx.size).get_partition(ctx.rank)
             selection = [slice(None)] * node.ndim
@@ -198,6 +200,7 @@ def save_hdf5(path, dataset, local, *, ctx=None, axis=0):
         dataset = _check_name(dataset, what).strip("/")
         local = np.require(to_host(local), requirements="C")
         axis = _check_axis(axis, local.ndim, what)
+        _check_writable(path, what)
         try:
             h5py.h5t.py_create(local.dtype, logical=True)
         except TypeError:
@@ -210,6 +213,24 @@ def save_hdf5(path, dataset, local, *, ctx=None, axis=0):
         _save_mpio(path, dataset, local, shape, offsets, axis, ctx)
     else:
         _save_parts(path, dataset, local, shape, offsets, axis, ctx)
+
+
+def _check_writable(path, what):
+    """Raise before anything is written when ``path`` cannot be written."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise DataFileNotFoundError(f"{what}: no directory {folder!r} to write {path!r} in; "
+                                    "create it first")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise DataFileError(f"{what}: {path!r} cannot be written (permission denied); choose "
+                            "a writable path")
+
+
+def _as_file_error(error, path, dataset, what):
+    """An OSError from h5py as a DataFileError naming the file; other errors unchanged."""
+    if isinstance(error, OSError) and not isinstance(error, HpcdistError):
+        return DataFileError(f"{what}: writing {dataset!r} to {path!r} failed: {error}")
+    return error
 
 
 def _replace(group, name):
@@ -234,7 +255,7 @@ def _save_mpio(path, dataset, local, shape, offsets, axis, ctx):
                 else:
                     write_empty(target, dxpl)
     except Exception as exc:  # noqa: BLE001 - shared with every rank
-        error = exc
+        error = _as_file_error(exc, path, dataset, "save_hdf5")
     raise_on_every_rank(ctx, error)
 
 
@@ -246,7 +267,7 @@ def _save_parts(path, dataset, local, shape, offsets, axis, ctx):
                 _replace(h5file, dataset)
                 h5file.create_dataset(dataset, data=local)
         except Exception as exc:  # noqa: BLE001 - re-raised below
-            error = exc
+            error = _as_file_error(exc, path, dataset, "save_hdf5")
         raise_on_every_rank(ctx, error)
         return
     folder = os.path.dirname(os.path.abspath(path))
@@ -256,7 +277,7 @@ def _save_parts(path, dataset, local, shape, offsets, axis, ctx):
                 _replace(part, dataset)
                 part.create_dataset(dataset, data=local)
     except Exception as exc:  # noqa: BLE001 - shared with every rank
-        error = exc
+        error = _as_file_error(exc, _part_name(path, ctx.rank), dataset, "save_hdf5")
     raise_on_every_rank(ctx, error)
     if ctx.rank == 0:
         try:
@@ -276,5 +297,5 @@ def _save_parts(path, dataset, local, shape, offsets, axis, ctx):
                             shape=shape[:axis] + (stop - start,) + shape[axis + 1:])
                     h5file.create_virtual_dataset(dataset, layout)
         except Exception as exc:  # noqa: BLE001 - shared with every rank
-            error = exc
+            error = _as_file_error(exc, path, dataset, "save_hdf5")
     raise_on_every_rank(ctx, error)

@@ -110,9 +110,9 @@ def test_load_errors_name_what_exists(ctx, shared):
             h5file["y"] = np.zeros(4)
             h5file["s"] = 1.0
     hpcdist.barrier(ctx=ctx)
-    expect_error(FileNotFoundError, load_hdf5, shared / "nope.h5", "X", ctx=ctx,
+    expect_error(hpcdist.DataFileNotFoundError, load_hdf5, shared / "nope.h5", "X", ctx=ctx,
                  match=r"no file .*nope.h5.*HDF5 files in .*: 'have.h5'")
-    expect_error(KeyError, load_hdf5, path, "X", ctx=ctx,
+    expect_error(hpcdist.MissingDatasetError, load_hdf5, path, "X", ctx=ctx,
                  match=r"has no such dataset at 'X'; its datasets: 's', 'train/X', 'y'")
     expect_error(KeyError, load_hdf5, path, "train", ctx=ctx, match=r"has a group at 'train'")
     expect_error(ValueError, load_hdf5, path, "y", ctx=ctx, axis=1,
@@ -122,6 +122,27 @@ def test_load_errors_name_what_exists(ctx, shared):
 
 
 test_load_errors_name_what_exists_mpi = mpi_twin(test_load_errors_name_what_exists)
+
+
+def test_file_errors_name_the_file_and_are_public(ctx, shared):
+    text = shared / "notes.h5"
+    if ctx.rank == 0:
+        text.write_text("not HDF5\n")
+    hpcdist.barrier(ctx=ctx)
+    error = expect_error(hpcdist.DataFileError, load_hdf5, text, "X", ctx=ctx,
+                         match=r"load_hdf5: '.*notes\.h5' cannot be read as an HDF5 file")
+    assert isinstance(error, OSError) and isinstance(error, hpcdist.HpcdistError)
+    missing = shared / "notes.h5" / "out.h5"  # a file where a directory should be
+    expect_error(hpcdist.DataFileNotFoundError, save_hdf5, missing, "X", np.zeros(2), ctx=ctx,
+                 match=r"save_hdf5: no directory .*notes\.h5' to write .*out\.h5' in; create")
+    expect_error(hpcdist.DataFileError, save_hdf5, text, "X", np.zeros(2), ctx=ctx,
+                 match=r"save_hdf5: writing 'X' to '.*notes\.h5' failed")
+    with all_ranks("nothing overwritten"):
+        assert text.read_text() == "not HDF5\n"
+
+
+test_file_errors_name_the_file_and_are_public_mpi = mpi_twin(
+    test_file_errors_name_the_file_and_are_public)
 
 
 def test_save_errors(ctx, shared):

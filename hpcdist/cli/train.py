@@ -9,6 +9,7 @@ and writes them as JSON with ``--output``.
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -17,6 +18,7 @@ from sklearn import cluster, ensemble, neural_network
 
 from ..checkpoint import CheckpointManager
 from ..comm import allgather, allreduce, gather, init
+from ..comm.checks import raised_on_every_rank
 from ..data import load_digits, load_hdf5, make_blobs, make_classification
 from ..ml import KMeans, MLPClassifier, MLPRegressor, RandomForestClassifier, RandomForestRegressor
 
@@ -188,6 +190,19 @@ def check_train_arguments(args):
         parser.error("--data needs --x NAME (the features dataset)")
     if args.data and not args.y and args.model != "kmeans":
         parser.error("needs targets: pass --y NAME with --data")
+    for option, value in (("--n-samples", args.n_samples), ("--n-features", args.n_features),
+                          ("--n-classes", args.n_classes),
+                          ("--checkpoint-every", args.checkpoint_every)):
+        if value < 1:
+            parser.error(f"{option} {value} should be >= 1")
+    if args.output:
+        folder = os.path.dirname(os.path.abspath(args.output))
+        if os.path.isdir(args.output) or not os.path.isdir(folder):
+            parser.error(f"--output {args.output}: "
+                         + ("is a directory; name a file" if os.path.isdir(args.output)
+                            else f"no directory {folder}; create it first"))
+        if not os.access(folder, os.W_OK):
+            parser.error(f"--output {args.output}: {folder} is not writable")
 
 
 # -- data ------------------------------------------------------------------------------
@@ -267,13 +282,22 @@ def run_train(args):
     """Train, print the global metrics on rank 0, return the exit code."""
     ctx = init()
     name = args.model
-    try:  # load_hdf5 raises the same error on every rank: all ranks stop here together
-        X, y, X_test, y_test = load_data(args, ctx)
-    except (OSError, KeyError, ValueError) as error:
+    try:
+        return _train_and_report(args, ctx)
+    except Exception as error:
+        if not raised_on_every_rank(error):
+            raise  # a bug, or a failure on some ranks only: the traceback, and the job aborts
+        # a user mistake that every rank raised (bad data, hyper-parameters, settings that
+        # differ): one line from rank 0, exit status 2 everywhere, no traceback
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         if ctx.rank == 0:
             print(f"hpcdist train {name}: {message}", file=sys.stderr, flush=True)
         return 2
+
+
+def _train_and_report(args, ctx):
+    name = args.model
+    X, y, X_test, y_test = load_data(args, ctx)
     estimator = MODELS[name][2](args, y, ctx)
     checkpoint = None
     if args.checkpoint_dir:

@@ -16,7 +16,7 @@ import types
 import numpy as np
 
 from ..exceptions import ConfigMismatchError
-from .checks import format_ranks
+from .checks import format_ranks, mark_raised_on_every_rank
 from .mpi import MPI
 
 __all__ = ["agree_config", "describe_value", "Described"]
@@ -150,4 +150,5 @@ def agree_config(ctx, where, values, fix=None):
         return
     all_descriptions = ctx._private_comm.allgather(descriptions)
     message = _first_difference(where, all_descriptions)
-    raise ConfigMismatchError(message if fix is None else f"{message}; {fix}")
+    raise mark_raised_on_every_rank(
+        ConfigMismatchError(message if fix is None else f"{message}; {fix}"))

@@ -5,7 +5,25 @@ from contextlib import contextmanager
 from ..exceptions import CollectiveMismatchError, HpcdistError
 
 __all__ = ["agree", "format_ranks", "raise_on_every_rank", "validated_on_every_rank",
-           "shared_error_type"]
+           "shared_error_type", "mark_raised_on_every_rank", "raised_on_every_rank"]
+
+_EVERY_RANK = "hpcdist_raised_on_every_rank"
+
+
+def mark_raised_on_every_rank(error):
+    """Record on ``error`` that every rank raises it (returns ``error``).
+
+    Such an error ends the collective work on all ranks together, so a
+    program may report it once and exit instead of aborting the job
+    (``hpcdist train`` does).
+    """
+    setattr(error, _EVERY_RANK, True)
+    return error
+
+
+def raised_on_every_rank(error):
+    """Whether ``error`` was raised on every rank (see :func:`mark_raised_on_every_rank`)."""
+    return getattr(error, _EVERY_RANK, False)
 
 #: built-in exception types a rank's failure is re-raised as on the other ranks
 _BUILTIN_ERRORS = {cls.__name__: cls for cls in (
@@ -85,7 +103,7 @@ def agree(ctx, name, *fields):
     else:
         message = ("ranks called different collectives: "
                    + _grouped([f"{n}({_render(f)})" for n, f in signatures], "called"))
-    raise CollectiveMismatchError(message)
+    raise mark_raised_on_every_rank(CollectiveMismatchError(message))
 
 
 def raise_on_every_rank(ctx, error=None):
@@ -99,7 +117,7 @@ def raise_on_every_rank(ctx, error=None):
     """
     if ctx.size == 1:
         if error is not None:
-            raise error
+            raise mark_raised_on_every_rank(error)
         return
     report = None if error is None else (type(error).__name__, str(error))
     reports = ctx._private_comm.allgather(report)
@@ -107,14 +125,14 @@ def raise_on_every_rank(ctx, error=None):
     if not failed:
         return
     if error is not None:
-        raise error
+        raise mark_raised_on_every_rank(error)
     type_name = next(iter(failed.values()))[0]
     error_type = shared_error_type(type_name)
     by_message = {}
     for rank, (_, message) in failed.items():
         by_message.setdefault(message, []).append(rank)
     text = "; ".join(f"{format_ranks(ranks)}: {message}" for message, ranks in by_message.items())
-    raise error_type(text)
+    raise mark_raised_on_every_rank(error_type(text))
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._arrays import is_cupy
 from ..comm import allreduce, broadcast_object, resolve_context
 from ..comm.agreement import agree_config
-from ..comm.checks import validated_on_every_rank
+from ..comm.checks import mark_raised_on_every_rank, validated_on_every_rank
 from ._checkpointing import FitCheckpointing
 from ._validation import check_device_rows
 
@@ -143,6 +143,14 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
         settings["n_features"] = shape[1] if len(shape) == 2 else shape[1:]
         agree_config(ctx, f"{type(self).__name__}.{where}", settings)
 
+    def _checked_params(self):
+        """:meth:`_check_params` right after the agreement check: the parameters are
+        the same everywhere, so an error is raised on every rank (and marked so)."""
+        try:
+            return self._check_params()
+        except (ValueError, TypeError) as error:
+            raise mark_raised_on_every_rank(error)
+
     def _start_fit(self, X, checkpoint, checkpoint_every):
         """The opening of ``fit``: settings agreed across ranks, hyperparameters, context,
         checkpointing, no old fit.
@@ -165,7 +173,7 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
         """
         ctx = self._context()
         self._agree_across_ranks(ctx, "fit", X)
-        params = self._check_params()
+        params = self._checked_params()
         saving = FitCheckpointing(self, checkpoint, checkpoint_every, ctx)
         for attribute in self._fit_attributes:
             self.__dict__.pop(attribute, None)
@@ -192,7 +200,7 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
         ctx = self._context()
         self._agree_across_ranks(ctx, where, X)
         if not fitted:
-            self._check_params()
+            self._checked_params()
         return fitted, ctx
 
     def _check_fitted(self):

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from .. import nn
 from .._partition import balanced_counts
 from ..comm import allreduce
-from ..comm.checks import agree, format_ranks, validated_on_every_rank
+from ..comm.checks import agree, format_ranks, mark_raised_on_every_rank, validated_on_every_rank
 from ..nn.optim import SGD, Adam
 from ..parallel import DistributedDataParallel
 from ._base import DistributedClassifierMixin, DistributedEstimator, accepts_local_keywords
@@ -438,10 +438,10 @@ class MLPClassifier(DistributedClassifierMixin, _BaseMLP):
                    for r, labels in enumerate(data.labels)
                    if np.setdiff1d(labels, self.classes_).size}
         if unknown:
-            raise ValueError(
+            raise mark_raised_on_every_rank(ValueError(
                 f"MLPClassifier: labels {unknown} (by rank) are not among the classes "
                 f"{self.classes_.tolist()} fixed by the first call; pass every label in the "
-                "first call to fit/partial_fit on some rank, or all of them as classes=")
+                "first call to fit/partial_fit on some rank, or all of them as classes="))
         if first_call:
             self.n_features_in_ = data.n_features
             self._dtype = data.X.dtype

@@ -36,3 +36,33 @@ def test_printed_once_and_every_rank_exits_2(tmp_path, argv, message):
     assert output.count(message) == 1 and output.count("usage: hpcdist") == 1, output
     assert sorted(re.findall(r"rank \d exit \d+", output)) == ["rank 0 exit 2",
                                                                "rank 1 exit 2"], output
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "kmeans", "--checkpoint-every", "-1"], "--checkpoint-every -1 should be >= 1"),
+    (["train", "kmeans", "--output", "missing/m.json"],
+     "--output missing/m.json: no directory"),
+    (["train", "kmeans", "--output", "."], "--output .: is a directory"),
+], ids=["checkpoint-every", "output-folder", "output-directory"])
+def test_train_checks_its_arguments_before_any_work(tmp_path, argv, message):
+    returncode, output = _at_two_ranks(argv, tmp_path)
+    assert returncode == 2, output
+    assert output.count(message) == 1 and "results" not in output, output
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "kmeans", "--n-clusters", "-3"],
+     "hpcdist train kmeans: KMeans: n_clusters=-3 should be an integer >= 1"),
+    (["train", "kmeans", "--dataset", "blobs", "--n-samples", "20", "--n-clusters", "50"],
+     "hpcdist train kmeans: n_samples=16 should be >= n_clusters=50."),
+    (["train", "forest", "--data", "text.h5", "--x", "X", "--y", "y"],
+     "cannot be read as an HDF5 file"),
+], ids=["hyper-parameter", "too-few-rows", "not-hdf5"])
+def test_train_user_mistakes_are_one_line_without_traceback(tmp_path, argv, message):
+    (tmp_path / "text.h5").write_text("not HDF5\n")
+    returncode, output = _at_two_ranks(argv, tmp_path)
+    assert returncode == 2, output
+    assert output.count(message) == 1, output
+    assert "Traceback" not in output and "Abort" not in output, output
+    assert sorted(re.findall(r"rank \d exit \d+", output)) == ["rank 0 exit 2",
+                                                               "rank 1 exit 2"], output

@@ -14,7 +14,7 @@ from sklearn.base import RegressorMixin
 from tqdm.auto import tqdm
 
 from ...comm import allreduce, broadcast
-from ...comm.checks import validated_on_every_rank
+from ...comm.checks import mark_raised_on_every_rank, validated_on_every_rank
 from .._base import (
     DistributedClassifierMixin,
     DistributedEstimator,
@@ -179,8 +179,9 @@ class _BaseForest(DistributedEstimator):
                                 y_required=True, min_local_rows=0,
                                 n_features=None if first else self.n_features_in_)
         if data.n_global == 0:
-            raise ValueError(f"{name}: got 0 rows on all {ctx.size} rank(s) together; pass at "
-                             "least 1 sample")
+            raise mark_raised_on_every_rank(ValueError(
+                f"{name}: got 0 rows on all {ctx.size} rank(s) together; pass at "
+                "least 1 sample"))
         if first:
             self.n_features_in_ = data.n_features
             self._max_features = self._resolve_max_features(data.n_features)
@@ -479,16 +480,18 @@ class RandomForestClassifier(DistributedClassifierMixin, _BaseForest):
         if first:
             self.classes_ = data.classes()
             if len(self.classes_) < 2:
-                raise ValueError(f"{self._name()}.fit: all ranks together have only one class "
-                                 f"({self.classes_.tolist()}); need at least 2 classes")
+                raise mark_raised_on_every_rank(ValueError(
+                    f"{self._name()}.fit: all ranks together have only one class "
+                    f"({self.classes_.tolist()}); need at least 2 classes"))
         else:
             unknown = {r: np.setdiff1d(labels, self.classes_).tolist()
                        for r, labels in enumerate(data.labels)
                        if np.setdiff1d(labels, self.classes_).size}
             if unknown:
-                raise ValueError(f"{self._name()}: labels {unknown} (by rank) are not among the "
-                                 f"classes {self.classes_.tolist()} fixed by the first call; pass "
-                                 "every label in the first call to fit/train_epoch on some rank")
+                raise mark_raised_on_every_rank(ValueError(
+                    f"{self._name()}: labels {unknown} (by rank) are not among the "
+                    f"classes {self.classes_.tolist()} fixed by the first call; pass "
+                    "every label in the first call to fit/train_epoch on some rank"))
         return np.searchsorted(self.classes_, y).astype(np.int64)
 
     def _channels(self):

@@ -18,7 +18,7 @@ from sklearn.utils import check_array
 
 from ..._arrays import array_module, is_cupy
 from ...comm import allreduce, broadcast
-from ...comm.checks import validated_on_every_rank
+from ...comm.checks import mark_raised_on_every_rank, validated_on_every_rank
 from ...kernels._arrays import aligned_empty
 from .._base import DistributedEstimator, accepts_local_keywords, shared_seed
 from .._validation import check_local_data
@@ -189,8 +189,9 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         data = check_local_data(ctx, X, name=name, min_local_rows=0,
                                 n_features=self.n_features_in_ if fitted else None)
         if data.n_global < self.n_clusters:
-            raise ValueError(f"n_samples={data.n_global} should be >= "
-                             f"n_clusters={self.n_clusters}.")
+            raise mark_raised_on_every_rank(ValueError(
+                f"n_samples={data.n_global} should be >= "
+                f"n_clusters={self.n_clusters}."))
         return data
 
     def _array_init(self, X, ctx):

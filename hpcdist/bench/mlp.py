@@ -100,6 +100,9 @@ WARMUP_STEPS = 3
 TARGET_RATIO = 1.0  # hpcdist samples/s over torch's, at least
 TARGET_RATIO_RANKS = (1, 2)
 TARGET_EXPOSED = 0.10  # non-overlapped communication share of the step, below
+TARGET_ADAPTER = 1.3  # the torch model with hpcdist.torch over torch DDP (gloo), at least
+TARGET_ADAPTER_RANKS = 2
+ADAPTER_CASE = "torch+hpcdist"  # the torch model trained with hpcdist.torch.DistributedOptimizer
 TARGET_EXPOSED_RANKS = 2
 
 
@@ -202,21 +205,27 @@ class _HpcdistTrainer:
                 if hasattr(layer, "weight")]
 
 
+def _torch_mlp(torch, weights):
+    """The benchmark's MLP in torch, starting from ``weights`` (hpcdist's)."""
+    layers = []
+    for n_in, n_out in zip(LAYER_SIZES[:-1], LAYER_SIZES[1:]):
+        layers += [torch.nn.Linear(n_in, n_out), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers[:-1])
+    with torch.no_grad():
+        linears = [layer for layer in model if isinstance(layer, torch.nn.Linear)]
+        for layer, (weight, bias) in zip(linears, weights):
+            layer.weight.copy_(torch.from_numpy(weight))
+            layer.bias.copy_(torch.from_numpy(bias))
+    return model
+
+
 class _TorchTrainer:
     """torch DistributedDataParallel over the same layers, starting from ``weights``."""
 
     exposed = 0.0  # torch DDP does not measure its non-overlapped communication
 
     def __init__(self, torch, bucket_size_mb, x, y, weights):
-        layers = []
-        for n_in, n_out in zip(LAYER_SIZES[:-1], LAYER_SIZES[1:]):
-            layers += [torch.nn.Linear(n_in, n_out), torch.nn.ReLU()]
-        model = torch.nn.Sequential(*layers[:-1])
-        with torch.no_grad():
-            linears = [layer for layer in model if isinstance(layer, torch.nn.Linear)]
-            for layer, (weight, bias) in zip(linears, weights):
-                layer.weight.copy_(torch.from_numpy(weight))
-                layer.bias.copy_(torch.from_numpy(bias))
+        model = _torch_mlp(torch, weights)
         self.ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_size_mb)
         self.optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
         self.criterion = torch.nn.CrossEntropyLoss()
@@ -232,6 +241,27 @@ class _TorchTrainer:
             self.step()
 
 
+class _TorchAdapterTrainer:
+    """The same torch model trained with ``hpcdist.torch.DistributedOptimizer`` (no DDP)."""
+
+    exposed = 0.0
+
+    def __init__(self, torch, ctx, bucket_size_mb, x, y, weights):
+        from .. import torch as adapter  # the torch extra: imported only when torch is
+
+        self.model = _torch_mlp(torch, weights)
+        self.optimizer = adapter.DistributedOptimizer(
+            torch.optim.SGD(self.model.parameters(), lr=LEARNING_RATE),
+            self.model.named_parameters(), bucket_size_mb=bucket_size_mb, ctx=ctx)
+        self.criterion = torch.nn.CrossEntropyLoss()
+        self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)
+
+    def step(self):
+        self.optimizer.zero_grad()
+        self.criterion(self.model(self.x), self.y).backward()
+        self.optimizer.step()
+
+
 # -- one job: measure at this rank count ------------------------------------------------------
 
 def _cases(ctx, torch, args, x, y):
@@ -241,6 +271,8 @@ def _cases(ctx, torch, args, x, y):
     if torch is not None:
         baseline = _TorchTrainer(torch, args.bucket_size_mb, x, y, main.weights())
         cases["torch"] = (baseline, baseline.step)
+        adapted = _TorchAdapterTrainer(torch, ctx, args.bucket_size_mb, x, y, main.weights())
+        cases[ADAPTER_CASE] = (adapted, adapted.step)
     if ctx.size > 1:
         cases["hpcdist no_sync"] = (main, main.local_step)
         if torch is not None:
@@ -319,7 +351,12 @@ def _run_record(ctx, cases, seconds, exposed, args, extra):
         run["ratio"] = {"hpcdist/torch samples_per_second":
                         records["hpcdist"]["samples_per_second"]
                         / records["torch"]["samples_per_second"],
-                        "paired": _median(np.divide(seconds["torch"], seconds["hpcdist"]))}
+                        "paired": _median(np.divide(seconds["torch"], seconds["hpcdist"])),
+                        "adapter/torch samples_per_second":
+                        records[ADAPTER_CASE]["samples_per_second"]
+                        / records["torch"]["samples_per_second"],
+                        "adapter paired": _median(np.divide(seconds["torch"],
+                                                            seconds[ADAPTER_CASE]))}
     overhead = {}
     for name in ("hpcdist", "torch"):
         if f"{name} no_sync" in records:
@@ -396,6 +433,9 @@ def _run_text(run):
         ratio = run["ratio"]
         lines.append(f"  hpcdist/torch samples/s: {ratio['hpcdist/torch samples_per_second']:.3f} "
                      f"(paired per round: {ratio['paired']:.3f})")
+        lines.append(f"  {ADAPTER_CASE}/torch samples/s: "
+                     f"{ratio['adapter/torch samples_per_second']:.3f} "
+                     f"(paired per round: {ratio['adapter paired']:.3f})")
     if "bucket_sweep" in run:
         lines.append(f"  bucket sweep (hpcdist): {'MiB':>5s} {'buckets':>8s} {'step ms':>9s} "
                      f"{'samples/s':>11s} {'not overlapped':>15s}")
@@ -419,6 +459,12 @@ def _summarize(runs):
             "ratio": "hpcdist/torch samples/s", "target": f">= {TARGET_RATIO:g}",
             "value": ratio,
             "status": "n/a" if ratio is None else _status(ratio >= TARGET_RATIO)}
+    adapter = (runs.get(TARGET_ADAPTER_RANKS, {}).get("ratio", {})
+               .get("adapter/torch samples_per_second"))
+    summary[f"torch_adapter_vs_torch_ddp_at_{TARGET_ADAPTER_RANKS}_ranks"] = {
+        "ratio": f"{ADAPTER_CASE}/torch samples/s", "target": f">= {TARGET_ADAPTER:g}",
+        "value": adapter,
+        "status": "n/a" if adapter is None else _status(adapter >= TARGET_ADAPTER)}
     share = (runs.get(TARGET_EXPOSED_RANKS, {}).get("cases", {}).get("hpcdist", {})
              .get("exposed_communication_share"))
     summary[f"exposed_communication_at_{TARGET_EXPOSED_RANKS}_ranks"] = {
@@ -429,7 +475,7 @@ def _summarize(runs):
 
 
 def _summary_text(summary):
-    lines = ["\nSummary (targets of issue 4):"]
+    lines = ["\nSummary (targets of issues 4 and 20):"]
     for name, entry in summary.items():
         value = "not measured" if entry["value"] is None else f"{entry['value']:.3f}"
         lines.append(f"  {name:40s} {value:>12s}  target {entry['target']:6s} {entry['status']}")
@@ -448,6 +494,8 @@ def _settings(args):
                       "`steps` steps after a barrier, the first case rotating between rounds; "
                       "a block's time is the slowest rank's; medians over rounds",
             "targets": {"hpcdist/torch samples/s at 1 and 2 ranks": f">= {TARGET_RATIO:g}",
+                        f"{ADAPTER_CASE}/torch samples/s at {TARGET_ADAPTER_RANKS} ranks":
+                        f">= {TARGET_ADAPTER:g}",
                         "non-overlapped communication share at 2 ranks": f"< {TARGET_EXPOSED:g}"}}
 
 

@@ -20,7 +20,7 @@ HPCDIST = os.path.join(os.path.dirname(sys.executable), "hpcdist")
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 N_PARAMETERS = 2 * (len(LAYER_SIZES) - 1)  # a weight and a bias per Linear
 TARGETS = ("samples_per_second_vs_torch_at_1_ranks", "samples_per_second_vs_torch_at_2_ranks",
-           "exposed_communication_at_2_ranks")
+           "torch_adapter_vs_torch_ddp_at_2_ranks", "exposed_communication_at_2_ranks")
 
 
 def _run(command, cwd, timeout=180):
@@ -88,6 +88,9 @@ def test_torch_ddp_baseline_and_ratios(cli_run):
         assert ratio == pytest.approx(run["cases"]["hpcdist"]["samples_per_second"]
                                       / run["cases"]["torch"]["samples_per_second"])
     assert "torch no_sync" in report["runs"]["2"]["cases"]
+    adapter = report["runs"]["2"]["cases"]["torch+hpcdist"]  # hpcdist.torch's optimizer
+    assert report["runs"]["2"]["ratio"]["adapter/torch samples_per_second"] == pytest.approx(
+        adapter["samples_per_second"] / report["runs"]["2"]["cases"]["torch"]["samples_per_second"])
     assert set(report["runs"]["2"]["communication_share"]) == {"hpcdist", "torch"}
     summary = report["summary"]
     assert set(summary) == set(TARGETS)
@@ -99,7 +102,8 @@ def test_table_summary_and_plot(cli_run):
     _, out, output = cli_run
     assert "1 rank(s): global batch" in output and "2 rank(s): global batch" in output
     assert "bucket sweep (hpcdist)" in output
-    assert "Summary (targets of issue 4)" in output
+    assert "Summary (targets of issues 4 and 20)" in output
+    assert "torch+hpcdist/torch samples/s" in output or not HAVE_TORCH
     png = out / "mlp.png"
     if importlib.util.find_spec("matplotlib") is None:
         assert not png.exists()

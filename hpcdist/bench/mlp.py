@@ -241,25 +241,19 @@ class _TorchTrainer:
             self.step()
 
 
-class _TorchAdapterTrainer:
+class _TorchAdapterTrainer(_TorchTrainer):
     """The same torch model trained with ``hpcdist.torch.DistributedOptimizer`` (no DDP)."""
-
-    exposed = 0.0
 
     def __init__(self, torch, ctx, bucket_size_mb, x, y, weights):
         from .. import torch as adapter  # the torch extra: imported only when torch is
 
-        self.model = _torch_mlp(torch, weights)
+        model = _torch_mlp(torch, weights)
+        self.ddp = model  # what step() runs: the plain model
         self.optimizer = adapter.DistributedOptimizer(
-            torch.optim.SGD(self.model.parameters(), lr=LEARNING_RATE),
-            self.model.named_parameters(), bucket_size_mb=bucket_size_mb, ctx=ctx)
+            torch.optim.SGD(model.parameters(), lr=LEARNING_RATE), model.named_parameters(),
+            bucket_size_mb=bucket_size_mb, ctx=ctx)
         self.criterion = torch.nn.CrossEntropyLoss()
         self.x, self.y = torch.from_numpy(x), torch.from_numpy(y)
-
-    def step(self):
-        self.optimizer.zero_grad()
-        self.criterion(self.model(self.x), self.y).backward()
-        self.optimizer.step()
 
 
 # -- one job: measure at this rank count ------------------------------------------------------

@@ -218,3 +218,44 @@ def test_collectives_refuse_what_is_not_a_tensor():
     with pytest.raises(TypeError, match=r"hpcdist.torch.allreduce: expected a torch.Tensor, "
                                         r"got ndarray"):
         hvd.allreduce(np.ones(3))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_cuda_tensors_stay_on_the_device(ctx, dtype):
+    pytest.importorskip("cupy", reason="CUDA tensors travel through CuPy")
+    device = torch.device("cuda", ctx.local_rank % torch.cuda.device_count())
+    values = (torch.arange(6, device=device) % 4 + ctx.rank).to(dtype)
+    total = hvd.allreduce(values, op="sum", ctx=ctx)
+    gathered = hvd.allgather(values, ctx=ctx)
+    torch.cuda.synchronize()
+    expected = sum((torch.arange(6) % 4 + r).to(torch.float64) for r in range(ctx.size))
+    with all_ranks(str(dtype)):
+        assert total.is_cuda and total.dtype == dtype and gathered.is_cuda
+        np.testing.assert_allclose(total.double().cpu().numpy(), expected.numpy())
+        assert gathered.shape == (6 * ctx.size,)
+
+
+test_cuda_tensors_stay_on_the_device_mpi = mpi_twin(test_cuda_tensors_stay_on_the_device)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_model_trains_like_one_process(ctx):
+    pytest.importorskip("cupy", reason="CUDA tensors travel through CuPy")
+    device = torch.device("cuda", ctx.local_rank % torch.cuda.device_count())
+    reference = _model()
+    _train(reference, torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9),
+           [_batch(s) for s in range(3)])
+    model = _model().to(device)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1,
+                                                         momentum=0.9),
+                                         model.named_parameters(), ctx=ctx)
+    _train(model, optimizer, [tuple(t.to(device) for t in _batch(s, ctx.rank, ctx.size))
+                              for s in range(3)])
+    with all_ranks("CUDA parameters"):
+        _same_parameters(model.cpu(), reference, rtol=1e-9)
+
+
+test_cuda_model_trains_like_one_process_mpi = mpi_twin(test_cuda_model_trains_like_one_process)

@@ -14,6 +14,9 @@ Sampling and batches
         Index arrays of this rank's mini-batches.
     BatchIterator(*arrays, batch_size, shuffle=False, seed=None, drop_last=False, sampler=None)
         Re-iterable ``(X[batch], y[batch])`` tuples, one epoch per loop.
+Dask arrays (optional extra ``dask``)
+    from_dask(array, ctx=None): this rank's rows of a lazy Dask array, computed here.
+    to_dask(local, ctx=None, root=0): the ranks' rows as one Dask array on ``root``.
 Data sets (each returns this rank's rows ``(X_local, y_local)``)
     load_digits, make_blobs, make_classification; get_dataset(name, ctx=None, **kwargs)
     with ``name`` in DATASETS.
@@ -22,6 +25,7 @@ Nothing here communicates; the default context (and MPI) is touched only when
 a ``ctx``/``world_size``/``num_replicas``/``rank`` argument is left to default.
 """
 from .batches import BatchIterator, iterate_batches
+from .dask_arrays import from_dask, to_dask
 from .datasets import DATASETS, get_dataset, load_digits, make_blobs, make_classification
 from .hdf5 import load_hdf5, save_hdf5
 from .partition import DataPartitioner, shard
@@ -30,5 +34,5 @@ from .sampler import DistributedSampler
 __all__ = [
     "DataPartitioner", "shard", "DistributedSampler", "iterate_batches", "BatchIterator",
     "DATASETS", "get_dataset", "load_digits", "make_blobs", "make_classification",
-    "load_hdf5", "save_hdf5",
+    "load_hdf5", "save_hdf5", "from_dask", "to_dask",
 ]

@@ -15,9 +15,10 @@ Examples
 >>> loss_fn(model(x), y).backward(); opt.step()                   # doctest: +SKIP
 """
 
-from .collectives import allgather, allreduce, broadcast
+from .collectives import allgather, allreduce, alltoall, broadcast, reduce_scatter
 from .optimizer import DistributedOptimizer
 from .state import broadcast_optimizer_state, broadcast_parameters
 
-__all__ = ["allreduce", "broadcast", "allgather", "DistributedOptimizer",
+__all__ = ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall",
+           "DistributedOptimizer",
            "broadcast_parameters", "broadcast_optimizer_state"]

@@ -4,10 +4,12 @@ import torch
 
 from ..comm import allgather as _allgather
 from ..comm import allreduce as _allreduce
+from ..comm import alltoall as _alltoall
 from ..comm import broadcast as _broadcast
+from ..comm import reduce_scatter as _reduce_scatter
 from ..comm.tensors import tensor_from_array, tensor_view
 
-__all__ = ["allreduce", "broadcast", "allgather"]
+__all__ = ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall"]
 
 
 def _checked(tensor, name):
@@ -61,3 +63,17 @@ def allgather(tensor, *, ctx=None):
     """
     view = tensor_view(_checked(tensor, "allgather"))
     return tensor_from_array(_allgather(view, ctx=ctx))
+
+
+def reduce_scatter(tensor, op="mean", counts=None, *, ctx=None):
+    """Reduce ``tensor`` (the same shape on every rank) and give rank ``r`` block ``r``
+    of dimension 0 (balanced, or ``counts`` rows each); a new tensor."""
+    view = tensor_view(_checked(tensor, "reduce_scatter"))
+    return tensor_from_array(_reduce_scatter(view, op, counts, ctx=ctx))
+
+
+def alltoall(tensor, counts=None, *, ctx=None):
+    """Block ``r`` of dimension 0 of every rank's ``tensor`` goes to rank ``r``
+    (balanced blocks, or ``counts`` rows each); the blocks received, in rank order."""
+    view = tensor_view(_checked(tensor, "alltoall"))
+    return tensor_from_array(_alltoall(view, counts, ctx=ctx))

@@ -214,6 +214,21 @@ def test_collectives_on_every_dtype(ctx, dtype):
 test_collectives_on_every_dtype_mpi = mpi_twin(test_collectives_on_every_dtype)
 
 
+def test_reduce_scatter_and_alltoall(ctx):
+    rows = torch.arange(4 * ctx.size * 2, dtype=torch.float64).reshape(4 * ctx.size, 2)
+    mine = hvd.reduce_scatter(rows + ctx.rank, op="sum", ctx=ctx)
+    sent = torch.full((2 * ctx.size, 3), float(ctx.rank), dtype=torch.float32)
+    received = hvd.alltoall(sent, ctx=ctx)
+    total = sum(rows + r for r in range(ctx.size))
+    with all_ranks("reduce_scatter, alltoall"):
+        assert torch.equal(mine, total[4 * ctx.rank:4 * (ctx.rank + 1)])
+        assert received.dtype == torch.float32 and received.shape == (2 * ctx.size, 3)
+        assert torch.equal(received[:, 0], torch.arange(ctx.size).repeat_interleave(2).float())
+
+
+test_reduce_scatter_and_alltoall_mpi = mpi_twin(test_reduce_scatter_and_alltoall)
+
+
 def test_collectives_refuse_what_is_not_a_tensor():
     with pytest.raises(TypeError, match=r"hpcdist.torch.allreduce: expected a torch.Tensor, "
                                         r"got ndarray"):

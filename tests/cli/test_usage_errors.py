@@ -64,5 +64,7 @@ def test_train_user_mistakes_are_one_line_without_traceback(tmp_path, argv, mess
     assert returncode == 2, output
     assert output.count(message) == 1, output
     assert "Traceback" not in output and "Abort" not in output, output
-    assert sorted(re.findall(r"rank \d exit \d+", output)) == ["rank 0 exit 2",
-                                                               "rank 1 exit 2"], output
+    # every rank that reports exits 2 (Open MPI's mpiexec may end the others once the
+    # first has exited non-zero, before their shell reports)
+    statuses = re.findall(r"rank \d exit \d+", output)
+    assert "rank 0 exit 2" in statuses and all(s.endswith(" exit 2") for s in statuses), output

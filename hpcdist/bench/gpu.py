@@ -70,6 +70,8 @@ DEFAULTS = {"max_bytes": 256 * common.MIB, "elements": 1 << 24, "samples": 1_000
 QUICK = {"max_bytes": 1 * common.MIB, "elements": 1 << 16, "samples": 20_000,
          "features": 8, "clusters": 8, "iterations": 3, "repetitions": 2}
 MIN_BYTES = 8
+#: the allreduce part's cases, in table order
+ALLREDUCE_CASES = ("hpcdist_device", "hpcdist_host", "mpi4py_device_staged", "mpi4py_host")
 SIZE_STEP = 8            # allreduce sizes 8 B, 64 B, ... (and max_bytes itself)
 BLOCK_BYTES = 256 * common.MIB  # bytes reduced per timed allreduce block (at least 2 calls)
 CHUNK = 1024             # chunk size of the int8 and sign kernels
@@ -151,10 +153,9 @@ def _allreduce_cases(ctx, ctrl, n):
         ctrl.Allreduce(MPI.IN_PLACE, pinned, op=MPI.SUM)
         device.set(pinned)
 
-    return {"hpcdist_device": lambda: ctx.allreduce(device, "sum"),
-            "hpcdist_host": lambda: ctx.allreduce(host, "sum"),
-            "mpi4py_device_staged": by_hand_device,
-            "mpi4py_host": lambda: ctrl.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)}
+    calls = (lambda: ctx.allreduce(device, "sum"), lambda: ctx.allreduce(host, "sum"),
+             by_hand_device, lambda: ctrl.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM))
+    return dict(zip(ALLREDUCE_CASES, calls))
 
 
 def _allreduce_part(ctx, ctrl, args):
@@ -170,14 +171,10 @@ def _allreduce_part(ctx, ctrl, args):
         rows.append(row)
         if ctx.rank == 0:
             print(f"  {common.format_size(row['bytes']):>9s} "
-                  + " ".join(f"{row[c + '_us']:12.1f}" for c in _allreduce_cases_names())
+                  + " ".join(f"{row[c + '_us']:12.1f}" for c in ALLREDUCE_CASES)
                   + f" {row['device_over_host']:8.2f}x {row['device_vs_by_hand']:8.2f}x",
                   flush=True)
     return {"mode": "cuda-aware" if ctx.cuda_aware else "staged", "rows": rows}
-
-
-def _allreduce_cases_names():
-    return ("hpcdist_device", "hpcdist_host", "mpi4py_device_staged", "mpi4py_host")
 
 
 # -- compression kernels ----------------------------------------------------------------------
@@ -279,7 +276,7 @@ def main(argv=None):
             print(f"\n== {part} ({ctx.size} rank(s), device {ctx.device})", flush=True)
         if part == "allreduce":
             if ctx.rank == 0:
-                print("       size " + " ".join(f"{c[:12]:>12s}" for c in _allreduce_cases_names())
+                print("       size " + " ".join(f"{c[:12]:>12s}" for c in ALLREDUCE_CASES)
                       + "  dev/host  by-hand/dev  (us per call)", flush=True)
             result = _allreduce_part(ctx, ctrl, args)
         elif ctx.rank == 0:

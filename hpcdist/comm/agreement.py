@@ -19,7 +19,7 @@ from ..exceptions import ConfigMismatchError
 from .checks import format_ranks, mark_raised_on_every_rank
 from .mpi import MPI
 
-__all__ = ["agree_config", "describe_value", "Described"]
+__all__ = ["agree_config", "describe_value", "Described", "described_layouts"]
 
 _DIGEST_BYTES = 16
 _PLAIN_TYPES = (type(None), bool, int, float, complex, str, bytes)
@@ -27,6 +27,15 @@ _PLAIN_TYPES = (type(None), bool, int, float, complex, str, bytes)
 
 class Described(str):
     """A setting given as its description: compared and shown as written (no quotes)."""
+
+
+def described_layouts(named_values):
+    """``{name: "float32[10, 5]"}``: the dtype and shape of each array or tensor (NumPy,
+    CuPy, torch), ``"a TYPE"`` for other values; what a model-layout check compares."""
+    return {name: Described(f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+                            if hasattr(value, "shape") and hasattr(value, "dtype")
+                            else f"a {type(value).__name__}")
+            for name, value in named_values}
 
 
 def _array_description(array):

@@ -6,18 +6,10 @@ collectives then run on the view, so results land in the tensor's own memory.
 torch is imported only when a tensor is handed over (it is an optional extra).
 """
 
-import sys
-
 import numpy as np
 from ml_dtypes import bfloat16
 
-__all__ = ["is_tensor", "tensor_view", "tensor_from_array"]
-
-
-def is_tensor(x):
-    """Whether ``x`` is a torch tensor (without importing torch)."""
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
+__all__ = ["tensor_view", "tensor_from_array"]
 
 
 def tensor_view(tensor):

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ..comm import broadcast, broadcast_object, iallreduce, resolve_context
-from ..comm.agreement import Described, agree_config
+from ..comm.agreement import agree_config, described_layouts
 from ..comm.requests import ProgressPoller
 from ..compression import compressed_allreduce
 from ..nn.module import Module, array_module
@@ -259,15 +259,10 @@ def _fresh_copy(compressor):
 def _verify_layout(ctx, named, module, settings):
     """Raise ``ConfigMismatchError`` on every rank unless all ranks have the same
     parameters and buffers (names, shapes, dtypes, in order) and ``settings``."""
-    values = {f"parameter {name}": _layout(p.data) for name, p in named}
-    values.update((f"buffer {name}", _layout(b)) for name, b in module.named_buffers())
+    values = described_layouts([(f"parameter {name}", p.data) for name, p in named]
+                               + [(f"buffer {name}", b) for name, b in module.named_buffers()])
     values.update(settings)
     agree_config(ctx, "DistributedDataParallel", values,
                  fix="every rank must build the same model (same layers, shapes and dtypes) "
                      "and wrap it with the same settings")
 
-
-def _layout(value):
-    if hasattr(value, "shape") and hasattr(value, "dtype"):
-        return Described(f"{np.dtype(value.dtype)}{list(value.shape)}")
-    return Described(f"a {type(value).__name__}")

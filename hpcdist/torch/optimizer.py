@@ -13,10 +13,9 @@ import contextlib
 import torch
 
 from ..comm import iallreduce, resolve_context
-from ..comm.agreement import agree_config
+from ..comm.agreement import agree_config, described_layouts
 from ..comm.tensors import tensor_view
 from ..compression import compressed_allreduce
-from .layout import layout_of
 
 __all__ = ["DistributedOptimizer"]
 
@@ -217,7 +216,7 @@ def DistributedOptimizer(optimizer, named_parameters, *, backward_passes_per_ste
         raise ValueError("DistributedOptimizer: a parameter appears twice in named_parameters")
     ctx = resolve_context(ctx)
     agree_config(ctx, "DistributedOptimizer", {
-        **layout_of(named), "backward_passes_per_step": backward_passes_per_step, "op": op,
+        **described_layouts(named), "backward_passes_per_step": backward_passes_per_step, "op": op,
         "compression": compression, "bucket_size_mb": float(bucket_size_mb)},
         fix="every rank must build the same model and wrap its optimizer the same way")
     cls = type(f"Distributed{type(optimizer).__name__}",

@@ -3,10 +3,9 @@
 import torch
 
 from ..comm import broadcast_object, resolve_context
-from ..comm.agreement import agree_config
+from ..comm.agreement import agree_config, described_layouts
 from ..comm.checks import validated_on_every_rank
 from .collectives import broadcast
-from .layout import layout_of
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state"]
 
@@ -35,7 +34,7 @@ def broadcast_parameters(params, root=0, *, ctx=None):
     if isinstance(params, torch.nn.Module):
         params = params.state_dict(keep_vars=True)
     entries = list(params.items()) if isinstance(params, dict) else list(params)
-    agree_config(ctx, "broadcast_parameters", layout_of(entries),
+    agree_config(ctx, "broadcast_parameters", described_layouts(entries),
                  fix="every rank must build the same model (same layers, shapes and dtypes)")
     for _, value in entries:
         if isinstance(value, torch.Tensor):

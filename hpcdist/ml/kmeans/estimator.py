@@ -17,7 +17,7 @@ from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.utils import check_array
 
 from ..._arrays import array_module, is_cupy
-from ...comm import allreduce, broadcast
+from ...comm import allreduce
 from ...comm.checks import mark_raised_on_every_rank, validated_on_every_rank
 from ...kernels._arrays import aligned_empty
 from .._base import DistributedEstimator, accepts_local_keywords, shared_seed
@@ -195,7 +195,8 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         return data
 
     def _array_init(self, X, ctx):
-        """The init array, checked on every rank and taken from rank 0."""
+        """The init array, checked on every rank (the agreement check at the start of
+        fit and train_epoch has already found it equal on every rank)."""
         with validated_on_every_rank(ctx):
             init = check_array(self.init, dtype=X.dtype, copy=True, order="C",
                                input_name="init")
@@ -204,12 +205,6 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
                                  f"match the number of clusters {self.n_clusters} and the "
                                  f"number of features {X.shape[1]} of the data; pass an "
                                  f"array of shape ({self.n_clusters}, {X.shape[1]}).")
-        if ctx.size > 1:
-            agreed = broadcast(init.copy(), root=0, ctx=ctx)
-            with validated_on_every_rank(ctx):
-                if not np.array_equal(agreed, init):
-                    raise ValueError(f"{type(self).__name__}: init differs between ranks; "
-                                     "pass the same initial centers on every rank")
         return init
 
     # -- fitting ----------------------------------------------------------------------------

@@ -21,6 +21,14 @@ def _at_two_ranks(argv, tmp_path):
     return done.returncode, done.stdout + done.stderr
 
 
+def _every_reporting_rank_exited_2(output):
+    """Every rank whose shell reported exited 2. Open MPI's mpiexec may end the other
+    ranks once the first has exited non-zero, before their shell reports, so not every
+    rank needs to report; at least one must."""
+    statuses = re.findall(r"rank \d exit \d+", output)
+    return bool(statuses) and all(status.endswith(" exit 2") for status in statuses)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["bench", "compression", "--bogus"], "unrecognized arguments: --bogus"),
     (["bench", "compression", "--elements", "10"], "--elements=10 should be >= 1024"),
@@ -34,8 +42,7 @@ def test_printed_once_and_every_rank_exits_2(tmp_path, argv, message):
     returncode, output = _at_two_ranks(argv, tmp_path)
     assert returncode == 2, output
     assert output.count(message) == 1 and output.count("usage: hpcdist") == 1, output
-    assert sorted(re.findall(r"rank \d exit \d+", output)) == ["rank 0 exit 2",
-                                                               "rank 1 exit 2"], output
+    assert _every_reporting_rank_exited_2(output), output
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -64,7 +71,4 @@ def test_train_user_mistakes_are_one_line_without_traceback(tmp_path, argv, mess
     assert returncode == 2, output
     assert output.count(message) == 1, output
     assert "Traceback" not in output and "Abort" not in output, output
-    # every rank that reports exits 2 (Open MPI's mpiexec may end the others once the
-    # first has exited non-zero, before their shell reports)
-    statuses = re.findall(r"rank \d exit \d+", output)
-    assert "rank 0 exit 2" in statuses and all(s.endswith(" exit 2") for s in statuses), output
+    assert _every_reporting_rank_exited_2(output), output

@@ -122,7 +122,7 @@ __all__ = ["main", "OPERATIONS", "TARGETS", "Target", "judge_targets"]
 
 OPERATIONS = ("allreduce", "allreduce_out", "broadcast", "broadcast_known", "broadcast_none",
               "allgather", "allgather_uneven", "pingpong", "pingpong_known")
-BASELINES = ("mpi4py", "pkl5", "gloo")
+BASELINES = ("mpi4py", "floor", "pkl5", "gloo")
 IMPLEMENTATIONS = ("hpcdist",) + BASELINES
 PINGPONGS = ("pingpong", "pingpong_known")  # between ranks 0 and 1; need 2 ranks
 
@@ -195,6 +195,16 @@ TARGETS = (
     Target("pingpong",         "mpi4py", FROM_LARGE,  "ratio",       1.10),
     Target("pingpong_known",   "mpi4py", BELOW_LARGE, "overhead_us", 0.4),
     Target("pingpong_known",   "mpi4py", FROM_LARGE,  "ratio",       1.05),
+    # the same allowances above the floor: the mpi4py call plus the bookkeeping API.md
+    # requires of every call (statistics, the watchdog's mark)
+    Target("allreduce",        "floor",  BELOW_LARGE, "overhead_us", 0.4),
+    Target("allreduce_out",    "floor",  BELOW_LARGE, "overhead_us", 0.4),
+    Target("broadcast",        "floor",  BELOW_LARGE, "overhead_us", 1.0),
+    Target("broadcast_known",  "floor",  BELOW_LARGE, "overhead_us", 0.4),
+    Target("allgather",        "floor",  BELOW_LARGE, "overhead_us", 0.4),
+    Target("allgather_uneven", "floor",  BELOW_LARGE, "overhead_us", 1.0),
+    Target("pingpong",         "floor",  BELOW_LARGE, "overhead_us", 2.0),
+    Target("pingpong_known",   "floor",  BELOW_LARGE, "overhead_us", 0.4),
     # hpcdist stays faster than torch.distributed with gloo (where torch is installed)
     Target("allreduce",        "gloo",   EVERY_SIZE,  "ratio",       1.0, strict=True),
     Target("allreduce_out",    "gloo",   EVERY_SIZE,  "ratio",       1.0, strict=True),
@@ -212,21 +222,25 @@ CALLS = {
     "allreduce": {
         "hpcdist": "hpcdist.allreduce(x)",
         "mpi4py": "comm.Allreduce(x, np.empty_like(x))",
+        "floor": "the mpi4py call between ctx._begin and ctx._end (the bookkeeping)",
         "gloo": "o = t.clone(); dist.all_reduce(o)",
     },
     "allreduce_out": {
         "hpcdist": "hpcdist.allreduce(x, out=out)",
         "mpi4py": "comm.Allreduce(x, out)",
+        "floor": "the mpi4py call between ctx._begin and ctx._end (the bookkeeping)",
         "gloo": "dist.all_reduce(out_t)  # in place",
     },
     "broadcast": {
         "hpcdist": "hpcdist.broadcast(buf, root=0)",
         "mpi4py": "comm.Bcast(buf, root=0)",
+        "floor": "the mpi4py call between ctx._begin and ctx._end (the bookkeeping)",
         "gloo": "dist.broadcast(buf_t, src=0)",
     },
     "broadcast_known": {
         "hpcdist": "hpcdist.broadcast(buf, root=0, shape_known=True)",
         "mpi4py": "comm.Bcast(buf, root=0)",
+        "floor": "the mpi4py call between ctx._begin and ctx._end (the bookkeeping)",
         "gloo": "dist.broadcast(buf_t, src=0)",
     },
     "broadcast_none": {
@@ -238,23 +252,27 @@ CALLS = {
     "allgather": {
         "hpcdist": "hpcdist.allgather(x, counts=[n] * size)",
         "mpi4py": "comm.Allgather(x, np.empty(n * size))",
+        "floor": "the mpi4py call between ctx._begin and ctx._end (the bookkeeping)",
         "gloo": "dist.all_gather_single(torch.empty(n * size), t)",
     },
     "allgather_uneven": {
         "hpcdist": "hpcdist.allgather(x)",
         "mpi4py": "comm.Allgather(n, counts); out = np.empty(sum(counts)); "
                   "comm.Allgather(x, out) if the counts are equal else Allgatherv",
+        "floor": "the mpi4py call between ctx._begin and ctx._end (the bookkeeping)",
     },
     "pingpong": {
         "hpcdist": "rank 0: hpcdist.send(x, 1); hpcdist.recv(1, out=buf)  "
                    "rank 1: hpcdist.recv(0, out=buf); hpcdist.send(buf, 0)",
         "mpi4py": "rank 0: comm.Send(x, 1); comm.Recv(buf, 1)  "
                   "rank 1: comm.Recv(buf, 0); comm.Send(buf, 0)",
+        "floor": "the mpi4py call between ctx._begin and ctx._end (the bookkeeping)",
     },
     "pingpong_known": {
         "hpcdist": "the same with shape_known=True on send and recv",
         "mpi4py": "rank 0: comm.Send(x, 1); comm.Recv(buf, 1)  "
                   "rank 1: comm.Recv(buf, 0); comm.Send(buf, 0)",
+        "floor": "the mpi4py call between ctx._begin and ctx._end (the bookkeeping)",
     },
 }
 #: calls each rank makes per timed unit, where not 1 (the overhead is per call)
@@ -273,6 +291,8 @@ class Backends:
         Another duplicate, for barriers and timing reductions.
     pkl5 : mpi4py.util.pkl5.Intracomm
         ``pkl5.Intracomm(comm)``, built once, for the pkl5 baseline.
+    ctx : Context
+        hpcdist's default context, whose bookkeeping the floor baseline adds.
     torch, dist : module or None
         ``torch`` and ``torch.distributed`` with a gloo group started, or None.
     """
@@ -280,6 +300,7 @@ class Backends:
     comm: Any
     ctrl: Any
     pkl5: Any
+    ctx: Any = None
     torch: Any = None
     dist: Any = None
 
@@ -531,6 +552,27 @@ BUILDERS: dict[str, Callable] = {
 }
 
 
+def _with_bookkeeping(ctx, fn: Callable[[], Any], calls: int) -> Callable[[], Any]:
+    """The floor: ``fn`` (an mpi4py baseline making ``calls`` calls) with the bookkeeping
+    API.md requires of each hpcdist call (the watchdog's mark and the statistics:
+    ``ctx._begin`` and ``ctx._end``) once per call."""
+    begin, end = ctx._begin, ctx._end
+
+    def floor():
+        start = begin("floor")
+        result = fn()
+        end("floor", start, 0, 0)
+        return result
+
+    def floor_of_two_calls():  # a ping-pong round: a send and a receive on each rank
+        end("floor", begin("floor"), 0, 0)
+        return floor()
+
+    if calls not in (1, 2):
+        raise ValueError(f"calls={calls} should be 1 or 2")
+    return floor if calls == 1 else floor_of_two_calls
+
+
 # -- timing ---------------------------------------------------------------------------------
 
 def _batch_time(fn: Callable[[], Any], k: int, ctrl) -> float:
@@ -625,6 +667,9 @@ def _run_case(b: Backends, operation: str, size: int, args: argparse.Namespace) 
     """Check and time one (operation, size); returns its JSON record."""
     n = size // ITEMSIZE
     impls, expected = BUILDERS[operation](b, n)
+    if "floor" in CALLS[operation]:
+        impls["floor"] = _with_bookkeeping(b.ctx, impls["mpi4py"],
+                                           CALLS_PER_ROUND.get(operation, 1))
     verified = {name: _verify(fn, expected, b.ctrl) for name, fn in impls.items()
                 if name != "gloo"}  # gloo's in-place calls return nothing to check
     repetitions = _repetitions(args)
@@ -830,7 +875,8 @@ def _plot_times(ax, entry: dict, sizes: list[int]) -> None:
     ax.legend(fontsize="small")
 
 
-COLORS = {"mpi4py": "tab:blue", "pkl5": "tab:orange", "gloo": "tab:green"}
+COLORS = {"mpi4py": "tab:blue", "floor": "tab:purple", "pkl5": "tab:orange",
+          "gloo": "tab:green"}
 
 
 def _plot_targets(ax, operation: str, measure: str, baselines: tuple, sizes: list[int]) -> None:
@@ -877,7 +923,7 @@ def _plot_measure(ax, operation: str, entry: dict, sizes: list[int], measure: st
 
 #: the plot's rows below the times: (measure, baselines, y label)
 PLOT_ROWS = (("ratio", ("mpi4py", "pkl5"), "hpcdist / baseline"),
-             ("overhead_us", ("mpi4py", "pkl5"), "hpcdist - baseline (us per call)"),
+             ("overhead_us", ("mpi4py", "floor", "pkl5"), "hpcdist - baseline (us per call)"),
              ("ratio", ("gloo",), "hpcdist / gloo"))
 
 
@@ -975,7 +1021,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx.check = False
     comm, ctrl = MPI.COMM_WORLD.Dup(), MPI.COMM_WORLD.Dup()
     torch, dist = init_gloo(ctrl, enabled=not args.no_gloo)
-    b = Backends(comm=comm, ctrl=ctrl, pkl5=_pkl5_intracomm(comm), torch=torch, dist=dist)
+    b = Backends(comm=comm, ctrl=ctrl, pkl5=_pkl5_intracomm(comm), ctx=ctx, torch=torch,
+                 dist=dist)
     load_before = load_average()
     try:
         if b.rank == 0:

@@ -10,7 +10,7 @@ floats included) works the same way.
 import numpy as np
 
 from .._partition import balanced_counts, offsets_of
-from .buffers import mpi_buffer
+from .calls import spec_of
 from .mpi import MPI
 from .ops import local_reducer, mpi_op
 
@@ -103,15 +103,15 @@ def hierarchical_allreduce(ctx, data, result, op):
     datatype_op = mpi_op(op, data.dtype)
     is_leader = topology.local_rank == 0
     if topology.local_size > 1:
-        send = MPI.IN_PLACE if (is_leader and result is data) else mpi_buffer(data)
-        topology.node_comm.Reduce(send, mpi_buffer(result) if is_leader else None, datatype_op,
+        send = MPI.IN_PLACE if (is_leader and result is data) else spec_of(data)
+        topology.node_comm.Reduce(send, spec_of(result) if is_leader else None, datatype_op,
                                   root=0)
     elif result is not data:
         result[...] = data
     if is_leader and topology.num_nodes > 1:
-        topology.leader_comm.Allreduce(MPI.IN_PLACE, mpi_buffer(result), datatype_op)
+        topology.leader_comm.Allreduce(MPI.IN_PLACE, spec_of(result), datatype_op)
     if topology.local_size > 1:
-        topology.node_comm.Bcast(mpi_buffer(result), root=0)
+        topology.node_comm.Bcast(spec_of(result), root=0)
     return result
 
 

@@ -36,7 +36,7 @@ def pack_header(buffer, status, array=None, kind=0, scalar_code=-1, extra=0):
     array : array, optional
         The array described (shape and dtype).
     kind : int
-        The :class:`~hpcdist.comm.buffers.Payload` kind of the sender's object.
+        The :class:`~hpcdist.comm.calls.Call` kind of the sender's object.
     scalar_code : int
         Index into :data:`SCALAR_TYPES` for a Python scalar, else -1.
     extra : int

@@ -1,25 +1,23 @@
 """Data movement: broadcast, allgather, gather, scatter and alltoall."""
 
 import math
-from time import perf_counter as _perf_counter
 
 import numpy as np
 
 from .._partition import balanced_counts, offsets_of, validate_counts
-from .buffers import (
-    _DIRECT_TYPES,
+from .calls import (
     DEVICE_DIRECT,
     DEVICE_STAGED,
     HOST,
     NP_SCALAR,
     PY_SCALAR,
-    Payload,
     describe,
-    mpi_buffer,
-    wrap,
+    resolve,
+    resolve_known_shape,
+    resolve_receiver,
+    spec_of,
 )
 from .checks import agree, format_ranks
-from .devices import backend_of
 from .dtypes import dtype_code, dtype_from_code
 from .headers import BAD_INPUT, HEADER_BYTES, MAX_DIMS, NO_INPUT, OK, pack_header, unpack_header
 from .reductions import check_root
@@ -31,6 +29,8 @@ _HEADER_BYTES = HEADER_BYTES
 # as fast as 1 KiB on shared memory; 8 KiB takes twice as long)
 _PACKET_BYTES = 4096
 _INLINE_BYTES = _PACKET_BYTES - _HEADER_BYTES
+_KNOWN_SHAPE_FIX = ("every rank must pass an array of the root's shape and dtype (or use "
+                    "shape_known=False)")
 
 
 # -- broadcast -----------------------------------------------------------------------------
@@ -62,20 +62,8 @@ def broadcast(x, root=0, *, shape_known=False, ctx):
     arrays of up to ``_INLINE_BYTES`` ride inside the header's message, so
     a small broadcast is still one message.
     """
-    if (shape_known and type(x) is np.ndarray and type(root) is int and 0 <= root < ctx.size
-            and not ctx.check and x.flags.c_contiguous and x.dtype in _DIRECT_TYPES):
-        # fast path: one MPI broadcast of a plain array, as in parameter broadcasts
-        ctx._inflight_name = "broadcast"  # ctx._begin, inlined on this hot path
-        ctx._inflight_since = start = _perf_counter()
-        if ctx.size > 1:
-            ctx.comm.Bcast((x, _DIRECT_TYPES[x.dtype]), root)
-        nbytes = x.nbytes
-        if ctx.rank == root:
-            ctx._end("broadcast", start, nbytes, 0)
-        else:
-            ctx._end("broadcast", start, 0, nbytes)
-        return x
-    root = check_root(root, ctx, "broadcast")
+    if type(root) is not int or not 0 <= root < ctx.size:
+        root = check_root(root, ctx, "broadcast")
     if shape_known:
         return _broadcast_known_shape(x, root, ctx)
     if ctx.rank == root:
@@ -85,52 +73,43 @@ def broadcast(x, root=0, *, shape_known=False, ctx):
 
 def _broadcast_known_shape(x, root, ctx):
     """One MPI broadcast straight into every rank's array (``shape_known=True``)."""
-    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
-        raise TypeError(f"broadcast(shape_known=True): rank {ctx.rank} passed "
-                        f"{type(x).__name__}; every rank must pass an array of the root's "
-                        f"shape and dtype (or use shape_known=False)")
+    is_root = ctx.rank == root
+    call = resolve_known_shape(x, ctx, "broadcast", _KNOWN_SHAPE_FIX, incoming=not is_root)
     if ctx.check:
-        agree(ctx, "broadcast", describe(x), f"root={root}", "shape_known")
-    if type(x) is np.ndarray and x.flags.c_contiguous:
-        buffer, target = x, None
-    elif ctx.rank == root:
-        buffer, target = wrap(x, ctx, "broadcast").data, None
-    else:
-        buffer, target = _receive_buffer(x, tuple(x.shape), np.dtype(x.dtype), ctx,
-                                         "broadcast", root)
+        agree(ctx, "broadcast", call.describe(), f"root={root}", "shape_known")
     start = ctx._begin("broadcast")
     if ctx.size > 1:
-        ctx.comm.Bcast(mpi_buffer(buffer), root=root)
-    is_root = ctx.rank == root
-    ctx._end("broadcast", start, buffer.nbytes if is_root else 0, 0 if is_root else buffer.nbytes)
-    return x if is_root else _hand_back(buffer, target, HOST, None, ctx)
+        ctx.comm.Bcast(call.spec, root)
+    nbytes = call.data.nbytes
+    if is_root:
+        ctx._end("broadcast", start, nbytes, 0)
+        return x
+    ctx._end("broadcast", start, 0, nbytes)
+    return x if call.target is None else call.hand_back()
 
 
-def _root_payload(x, ctx, name, root):
-    """Wrap the root's input and describe it in the context's packet.
+def _root_call(x, ctx, name, root):
+    """Resolve the root's input and describe it in the context's packet.
 
-    Returns the payload, the packet, and whether the data rides inline in the
-    packet (small host data). On bad input the root tells the other ranks
-    (they raise too), then raises.
+    Returns the call and whether its data rides inline in the packet (small
+    host data). On bad input the root tells the other ranks (they raise
+    too), then raises.
     """
     packet = _packet_of(ctx)
-    if type(x) is np.ndarray and x.flags.c_contiguous and x.dtype in _DIRECT_TYPES:
-        inline = x.nbytes <= _INLINE_BYTES  # a plain array: no wrapping needed
-        pack_header(packet, OK, x, HOST, -1, inline)
-        return Payload(x, HOST), packet, inline
     try:
         if x is None:
             raise ValueError(f"{name}: the root (rank {root}) passed None; the root must pass "
                              f"the data to send")
-        payload = wrap(x, ctx, name)
-        inline = payload.on_host and payload.data.nbytes <= _INLINE_BYTES
-        pack_header(packet, OK, payload.data, payload.kind, payload.scalar_code, inline)
+        call = resolve(x, ctx, name)
+        data = call.data
+        inline = call.kind != DEVICE_DIRECT and data.nbytes <= _INLINE_BYTES
+        pack_header(packet, OK, data, call.kind, call.scalar_code, inline)
     except (TypeError, ValueError):
         pack_header(packet, NO_INPUT if x is None else BAD_INPUT)
         if ctx.size > 1:
             ctx._private_comm.Bcast(packet, root=root)
         raise
-    return payload, packet, inline
+    return call, inline
 
 
 def _packet_of(ctx):
@@ -152,15 +131,16 @@ def _describe_input(x):
 def _broadcast_root(x, root, ctx):
     if ctx.check:  # before the root validates: its error path must meet the same calls
         agree(ctx, "broadcast", _describe_input(x), f"root={root}")
-    payload, packet, inline = _root_payload(x, ctx, "broadcast", root)
-    data = payload.data
+    call, inline = _root_call(x, ctx, "broadcast", root)
+    data = call.data
     start = ctx._begin("broadcast")
     if ctx.size > 1:
+        packet = ctx._packet
         if inline:  # (tobytes and a memoryview copy are the cheapest way for a few bytes)
             ctx._packet_view[_HEADER_BYTES:_HEADER_BYTES + data.nbytes] = data.tobytes()
-        ctx._private_comm.Bcast(packet, root=root)
+        ctx._private_comm.Bcast(packet, root)
         if not inline:
-            ctx.comm.Bcast(mpi_buffer(data), root=root)
+            ctx.comm.Bcast(call.spec, root)
     ctx._end("broadcast", start, data.nbytes, 0)
     return x
 
@@ -173,82 +153,39 @@ def _raise_root_failure(status, root, name):
                     f"(see the error on rank {root})")
 
 
-def _receive_buffer(x, shape, dtype, ctx, name, root):
-    """Where a receiver's data lands, and how to hand it back to the caller."""
-    if x is None:
-        return np.empty(shape, dtype=dtype), None
-    if tuple(x.shape) != shape or np.dtype(x.dtype) != dtype:
-        raise ValueError(f"{name}: rank {ctx.rank} passed {describe(x)} but the root (rank "
-                         f"{root}) sends {dtype}[{','.join(map(str, shape))}]; pass an array "
-                         f"of the root's shape and dtype, or None")
-    if isinstance(x, np.ndarray):
-        return (x, None) if x.flags.c_contiguous else (np.empty(shape, dtype=dtype), x)
-    backend = backend_of(x)
-    if backend is None:
-        raise TypeError(f"{name}: receivers pass a NumPy array, a device array or None, "
-                        f"got {type(x).__name__}")
-    if ctx.cuda_aware and backend.ascontiguous(x) is x:
-        return x, None
-    return ctx.staging.view("recv", shape, dtype, backend), x
-
-
-def _hand_back(buffer, target, kind, scalar_type, ctx):
-    """Give the receiver its result as the kind of object it (or the root) used."""
-    if target is not None:
-        if isinstance(target, np.ndarray):
-            target[...] = buffer
-            return target
-        return backend_of(target).from_host(buffer, out=target)
-    if kind == PY_SCALAR:
-        return scalar_type(buffer[()].item())
-    if kind == NP_SCALAR:
-        return buffer[()]
-    if (kind not in (HOST, PY_SCALAR, NP_SCALAR) and ctx.xp is not np
-            and isinstance(buffer, np.ndarray)):
-        return ctx.xp.asarray(buffer)  # the root sent a device array: so do we
-    return buffer
-
-
 def _broadcast_receive(x, root, ctx):
     packet = _packet_of(ctx)
     if ctx.check:
         agree(ctx, "broadcast", None if x is None else describe(x), f"root={root}")
     start = ctx._begin("broadcast")
-    ctx._private_comm.Bcast(packet, root=root)
+    ctx._private_comm.Bcast(packet, root)
     status, shape, dtype, kind, scalar_type, inline = unpack_header(packet)
-    if (type(x) is np.ndarray and status == OK and x.shape == shape and x.dtype == dtype
-            and x.flags.c_contiguous):
-        # the common case, kept short: the data broadcast follows the header at once
-        if inline:
-            if x.nbytes and x.dtype in _DIRECT_TYPES:
-                inline = ctx._packet_view[_HEADER_BYTES:_HEADER_BYTES + x.nbytes]
-                memoryview(x).cast("B")[:] = inline
-            elif x.nbytes:  # bfloat16 has no buffer-protocol format: copy through NumPy
-                x.reshape(-1).view(np.uint8)[...] = packet[_HEADER_BYTES:_HEADER_BYTES + x.nbytes]
-        else:
-            ctx.comm.Bcast(mpi_buffer(x), root=root)
-        ctx._end("broadcast", start, 0, x.nbytes)
-        return x
     if status != OK:
         ctx._end("broadcast", start, 0, 0)
         _raise_root_failure(status, root, "broadcast")
-    nbytes = math.prod(shape) * dtype.itemsize
     try:
-        buffer, target = _receive_buffer(x, shape, dtype, ctx, "broadcast", root)
+        call = resolve_receiver(x, shape, dtype, ctx, "broadcast", root, kind, scalar_type)
     except (TypeError, ValueError):
+        nbytes = math.prod(shape) * dtype.itemsize
         if not inline:  # take part in the data broadcast anyway, then report
-            ctx.comm.Bcast(np.empty(nbytes, dtype=np.uint8), root=root)
+            ctx.comm.Bcast(np.empty(nbytes, dtype=np.uint8), root)
         ctx._end("broadcast", start, 0, nbytes)
         raise
-    if inline:
-        host = buffer if isinstance(buffer, np.ndarray) else np.empty(shape, dtype=dtype)
-        host.reshape(-1).view(np.uint8)[...] = packet[_HEADER_BYTES:_HEADER_BYTES + nbytes]
-        if host is not buffer:
-            backend_of(buffer).from_host(host, out=buffer)
-    else:
-        ctx.comm.Bcast(mpi_buffer(buffer), root=root)
+    data = call.data
+    nbytes = data.nbytes
+    if not inline:
+        ctx.comm.Bcast(call.spec, root)
+    elif nbytes:
+        if call.spec[0] is data and call.on_host:  # a plain dtype: a memoryview copy is cheapest
+            memoryview(data).cast("B")[:] = ctx._packet_view[_HEADER_BYTES:_HEADER_BYTES + nbytes]
+        elif call.on_host:  # bfloat16 has no buffer-protocol format: copy through NumPy
+            data.reshape(-1).view(np.uint8)[...] = packet[_HEADER_BYTES:_HEADER_BYTES + nbytes]
+        else:  # a direct device array: through the host
+            host = np.empty(shape, dtype=dtype)
+            host.reshape(-1).view(np.uint8)[...] = packet[_HEADER_BYTES:_HEADER_BYTES + nbytes]
+            call.backend.from_host(host, out=data)
     ctx._end("broadcast", start, 0, nbytes)
-    return _hand_back(buffer, target, kind, scalar_type, ctx)
+    return x if x is not None and call.target is None else call.hand_back()
 
 
 # -- gathers -------------------------------------------------------------------------------
@@ -259,22 +196,23 @@ def _normalize_axis(axis, ndim, name):
     return int(axis) % ndim
 
 
-def _rows_first(payload, axis, name):
-    """The payload's data with ``axis`` moved to the front, contiguous."""
-    data = payload.data
+def _rows_first(call, axis, name):
+    """The call's data with ``axis`` moved to the front, contiguous."""
+    data = call.data
     if data.ndim == 0:
         data = data.reshape(1)
-        if payload.kind in (PY_SCALAR, NP_SCALAR):
-            payload.kind = HOST  # gathered scalars come back as an array
+        if call.kind in (PY_SCALAR, NP_SCALAR):
+            call.kind = HOST  # gathered scalars come back as an array
     axis = _normalize_axis(axis, data.ndim, name)
     if axis != 0:
-        if payload.kind == DEVICE_DIRECT:
+        if call.kind == DEVICE_DIRECT:
             # reorder on the host: the result comes back to the device as when staged
             host = np.empty(data.shape, dtype=data.dtype)
-            payload.backend.to_host(data, host)
-            data, payload.kind, payload.output_slot = host, DEVICE_STAGED, None
+            call.backend.to_host(data, host)
+            data, call.kind, call.output_slot = host, DEVICE_STAGED, None
         data = np.ascontiguousarray(np.moveaxis(data, axis, 0))
-        payload.data = data
+    if data is not call.data:
+        call.data, call.spec = data, spec_of(data)
     return data, axis
 
 
@@ -353,7 +291,7 @@ def _exchange_rows(ctx, data, name, axis, start):
 
 def _vector_spec(buffer, counts, row_size):
     """An mpi4py ``[buffer, counts, displacements, datatype]`` for the v-collectives."""
-    spec = mpi_buffer(buffer)
+    spec = spec_of(buffer)
     elements = [c * row_size for c in counts]
     return [spec[0], elements, offsets_of(elements).tolist(), spec[1]]
 
@@ -381,57 +319,32 @@ def allgather(x, axis=0, *, counts=None, ctx):
     array
         The concatenation in rank order.
     """
-    if (type(x) is np.ndarray and axis == 0 and x.ndim and not ctx.check
-            and x.flags.c_contiguous and x.dtype in _DIRECT_TYPES
-            and (counts is None or (type(counts) is list and len(counts) == ctx.size
-                                    and counts.count(x.shape[0]) == ctx.size))):
-        return _allgather_plain(x, counts, ctx)
-    payload = wrap(x, ctx, "allgather")
-    data, axis = _rows_first(payload, axis, "allgather")
-    if counts is not None:
+    call = resolve(x, ctx, "allgather")
+    data = call.data
+    if axis != 0 or not data.ndim:
+        data, axis = _rows_first(call, axis, "allgather")
+    rows = data.shape[0]
+    if counts is not None and not (type(counts) is list and len(counts) == ctx.size
+                                   and counts.count(rows) == ctx.size):
         counts = validate_counts(counts, ctx.size, None, "allgather")
-        if counts[ctx.rank] != data.shape[0]:
+        if counts[ctx.rank] != rows:
             raise ValueError(f"allgather: counts[{ctx.rank}]={counts[ctx.rank]} but rank "
-                             f"{ctx.rank} passed {data.shape[0]} along axis={axis}")
+                             f"{ctx.rank} passed {rows} along axis={axis}")
     if ctx.check:
         agree(ctx, "allgather", _describe_except(data, axis), f"axis={axis}")
     start = ctx._begin("allgather")
     if counts is None:
         counts = _exchange_rows(ctx, data, "allgather", axis, start)
-    row_size = math.prod(data.shape[1:])
-    result = payload.new_output((sum(counts),) + data.shape[1:], data.dtype)
+    shape = data.shape
+    result = call.new_output((sum(counts),) + shape[1:])
     if ctx.size == 1:
-        payload.copy_into(result, data)
-    elif counts.count(counts[0]) == len(counts):
-        ctx.comm.Allgather(mpi_buffer(data), mpi_buffer(result))
+        call.copy_into(result, data)
+    elif counts.count(rows) == len(counts):
+        ctx.comm.Allgather(call.spec, call.spec_of(result))
     else:
-        ctx.comm.Allgatherv(mpi_buffer(data), _vector_spec(result, counts, row_size))
+        ctx.comm.Allgatherv(call.spec, _vector_spec(result, counts, math.prod(shape[1:])))
     ctx._end("allgather", start, data.nbytes, result.nbytes)
-    return payload.deliver(_from_rows(result, axis))
-
-
-def _allgather_plain(x, counts, ctx):
-    """The fast path of :func:`allgather`: a C-contiguous host array of a
-    predefined MPI type along axis 0, with ``counts`` None or all equal."""
-    ctx._inflight_name = "allgather"  # ctx._begin, inlined on this hot path
-    ctx._inflight_since = start = _perf_counter()
-    shape = x.shape
-    if counts is None:
-        counts = _exchange_rows(ctx, x, "allgather", 0, start)
-        equal, total = counts.count(counts[0]) == len(counts), sum(counts)
-    else:  # the caller checked that every count is this rank's
-        equal, total = True, shape[0] * ctx.size
-    dtype = x.dtype  # (positional dtype and a plain row count: cheaper calls for 1-D x)
-    result = np.empty(total if len(shape) == 1 else (total,) + shape[1:], dtype)
-    datatype = _DIRECT_TYPES[dtype]
-    if ctx.size == 1:
-        result[...] = x
-    elif equal:
-        ctx.comm.Allgather((x, datatype), (result, datatype))
-    else:
-        ctx.comm.Allgatherv((x, datatype), _vector_spec(result, counts, math.prod(shape[1:])))
-    ctx._end("allgather", start, x.nbytes, result.nbytes)
-    return result
+    return call.deliver(result if axis == 0 else _from_rows(result, axis))
 
 
 def _describe_except(data, axis):
@@ -457,22 +370,22 @@ def gather(x, root=0, axis=0, *, ctx):
         The concatenation in rank order on ``root``; None elsewhere.
     """
     root = check_root(root, ctx, "gather")
-    payload = wrap(x, ctx, "gather")
-    data, axis = _rows_first(payload, axis, "gather")
+    call = resolve(x, ctx, "gather")
+    data, axis = _rows_first(call, axis, "gather")
     if ctx.check:
         agree(ctx, "gather", _describe_except(data, axis), f"axis={axis}", f"root={root}")
     start = ctx._begin("gather")
     counts = _exchange_rows(ctx, data, "gather", axis, start)
     row_size = math.prod(data.shape[1:])
     is_root = ctx.rank == root
-    result = payload.new_output((sum(counts),) + data.shape[1:], data.dtype) if is_root else None
+    result = call.new_output((sum(counts),) + data.shape[1:]) if is_root else None
     if ctx.size == 1:
-        payload.copy_into(result, data)
+        call.copy_into(result, data)
     else:
-        ctx.comm.Gatherv(mpi_buffer(data),
+        ctx.comm.Gatherv(call.spec,
                          _vector_spec(result, counts, row_size) if is_root else None, root=root)
     ctx._end("gather", start, data.nbytes, result.nbytes if is_root else 0)
-    return payload.deliver(_from_rows(result, axis)) if is_root else None
+    return call.deliver(_from_rows(result, axis)) if is_root else None
 
 
 # -- scatter and alltoall --------------------------------------------------------------------
@@ -518,20 +431,20 @@ def scatter(x, root=0, axis=0, counts=None, *, ctx):
     _, dtype, rest, counts, axis, device = header
     row_size = math.prod(rest)
     if is_root:
-        payload, data = plan[0]
-        result = payload.new_output((counts[ctx.rank],) + rest, dtype)
+        call, data = plan[0]
+        result = call.new_output((counts[ctx.rank],) + rest, dtype)
     else:
-        payload, data = None, None
+        call, data = None, None
         result = np.empty((counts[ctx.rank],) + rest, dtype=dtype)
     if ctx.size == 1:
-        payload.copy_into(result, data)
+        call.copy_into(result, data)
     else:
         ctx.comm.Scatterv(_vector_spec(data, counts, row_size) if is_root else None,
-                          mpi_buffer(result), root=root)
+                          spec_of(result), root=root)
     ctx._end("scatter", start, data.nbytes if is_root else 0, result.nbytes)
     result = _from_rows(result, axis)
     if is_root:
-        return payload.deliver(result)
+        return call.deliver(result)
     return ctx.xp.asarray(result) if device and ctx.xp is not np else result
 
 
@@ -539,15 +452,15 @@ def _scatter_plan(x, axis, counts, ctx):
     if x is None:
         raise ValueError(f"scatter: the root (rank {ctx.rank}) passed None; the root must pass "
                          f"the array to split")
-    payload = wrap(x, ctx, "scatter")
-    if payload.data.ndim == 0:
+    call = resolve(x, ctx, "scatter")
+    if call.data.ndim == 0:
         raise ValueError("scatter: x must have at least one dimension to split")
-    data, axis = _rows_first(payload, axis, "scatter")
+    data, axis = _rows_first(call, axis, "scatter")
     rows = data.shape[0]
     counts = (balanced_counts(rows, ctx.size) if counts is None
               else validate_counts(counts, ctx.size, rows, "scatter"))
-    device = payload.kind not in (HOST, PY_SCALAR, NP_SCALAR)
-    return (payload, data), "ok", np.dtype(data.dtype), tuple(data.shape[1:]), counts, axis, device
+    return ((call, data), "ok", np.dtype(data.dtype), tuple(data.shape[1:]), counts, axis,
+            call.on_device)
 
 
 def alltoall(x, counts=None, *, ctx):
@@ -567,8 +480,8 @@ def alltoall(x, counts=None, *, ctx):
     array
         The blocks addressed to this rank, concatenated in rank order.
     """
-    payload = wrap(x, ctx, "alltoall")
-    data = payload.data
+    call = resolve(x, ctx, "alltoall")
+    data = call.data
     if data.ndim == 0:
         raise ValueError("alltoall: x must have at least one dimension to split along axis 0")
     rows = data.shape[0]
@@ -599,11 +512,11 @@ def alltoall(x, counts=None, *, ctx):
         except ValueError:
             ctx._end("alltoall", start, 0, 0)
             raise
-    result = payload.new_output((sum(received),) + data.shape[1:], data.dtype)
+    result = call.new_output((sum(received),) + data.shape[1:])
     if ctx.size == 1:
-        payload.copy_into(result, data)
+        call.copy_into(result, data)
     else:
         ctx.comm.Alltoallv(_vector_spec(data, counts, row_size),
                            _vector_spec(result, received, row_size))
     ctx._end("alltoall", start, data.nbytes, result.nbytes)
-    return payload.deliver(result)
+    return call.deliver(result)

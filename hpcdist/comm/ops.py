@@ -8,7 +8,8 @@ from .dtypes import is_sixteen_bit_float
 from .mpi import MPI
 from .sixteen_bit_floats import half_sum_into
 
-__all__ = ["ReduceOp", "parse_op", "predefined_op", "mpi_op", "local_reducer", "check_op_for_dtype"]
+__all__ = ["ReduceOp", "parse_op", "predefined_op", "mpi_op", "local_reducer", "check_op_for_dtype",
+           "reduction_of"]
 
 
 class ReduceOp(str, enum.Enum):
@@ -122,6 +123,37 @@ def mpi_op(op, dtype):
             mpi_operation = predefined_op(op)
         _MPI_OP_CACHE[key] = mpi_operation
     return mpi_operation
+
+
+#: op as passed -> dtype -> (op name, MPI operation, whether to divide by the size)
+_REDUCTIONS = {}
+
+
+def reduction_of(op, dtype):
+    """How a reduction ``op`` (a :class:`ReduceOp` or its name) reduces ``dtype``.
+
+    Returns
+    -------
+    (str, mpi4py.MPI.Op, bool)
+        The operation's plain name, the MPI operation, and whether the
+        result is divided by the number of ranks (``mean``). Cached per
+        ``(op, dtype)``.
+
+    Raises
+    ------
+    ValueError
+        When ``op`` names no reduction.
+    TypeError
+        When ``op`` is not defined for ``dtype``.
+    """
+    try:
+        return _REDUCTIONS[op][dtype]
+    except (KeyError, TypeError):  # not resolved yet, or an unhashable op
+        pass
+    name = parse_op(op)
+    reduction = (name, mpi_op(name, dtype), name == "mean")
+    _REDUCTIONS.setdefault(op, {})[dtype] = reduction
+    return reduction
 
 
 def _sixteen_bit_op(op, dtype):

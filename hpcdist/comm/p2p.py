@@ -10,15 +10,12 @@ then, and the receiver verifies the promise.
 """
 
 import math
-from time import perf_counter as _perf_counter
 
 import numpy as np
 
 from ..exceptions import CollectiveMismatchError
-from .buffers import _DIRECT_TYPES, HOST, NP_SCALAR, PY_SCALAR, describe, mpi_buffer, wrap
-from .devices import backend_of
+from .calls import describe, resolve, resolve_known_shape, resolve_receiver
 from .headers import HEADER_BYTES, OK, pack_header, unpack_header
-from .movement import _hand_back, _receive_buffer
 from .mpi import MPI
 from .requests import Request
 
@@ -62,42 +59,22 @@ def _check_tag(tag, name):
 
 
 def _outgoing(x, ctx, name):
-    """The message(s) carrying ``x``: (first message bytes, data buffer or None, nbytes)."""
-    payload = wrap(x, ctx, name, slot=None)
-    data = payload.data
-    inline = payload.on_host and data.nbytes <= _INLINE_BYTES
+    """The message(s) carrying ``x``: (first message bytes, data call or None, nbytes)."""
+    call = resolve(x, ctx, name, slot=None)
+    data = call.data
+    inline = call.on_host and data.nbytes <= _INLINE_BYTES
     first = np.zeros(_HEADER_BYTES + (data.nbytes if inline else 0), dtype=np.uint8)
-    pack_header(first, OK, data, payload.kind, payload.scalar_code, inline)
+    pack_header(first, OK, data, call.kind, call.scalar_code, inline)
     if inline:
         first[_HEADER_BYTES:] = data.reshape(-1).view(np.uint8)
         return first, None, data.nbytes
-    return first, data, data.nbytes
+    return first, call, data.nbytes
 
 
-def _raw_outgoing(x, ctx, name):
-    """The MPI buffer of ``x`` sent without a header (``shape_known=True``), and its bytes."""
-    if type(x) is np.ndarray and x.flags.c_contiguous and x.dtype in _DIRECT_TYPES:
-        return (x, _DIRECT_TYPES[x.dtype]), x.nbytes
-    payload = wrap(x, ctx, name, slot=None)
-    if payload.kind in (PY_SCALAR, NP_SCALAR):
-        raise TypeError(f"{name}(shape_known=True): rank {ctx.rank} passed a scalar; pass an "
-                        f"array of the shape and dtype the receiver expects, or use "
-                        f"shape_known=False")
-    return mpi_buffer(payload.data), payload.data.nbytes
-
-
-def _check_known_out(out, ctx, name):
-    """A ``shape_known=True`` receiver must pass ``out``, an array."""
-    if out is None or not (hasattr(out, "shape") and hasattr(out, "dtype")):
-        raise TypeError(f"{name}(shape_known=True): rank {ctx.rank} passed out={out!r}; pass "
-                        f"out=, an array of the sender's shape and dtype (or use "
-                        f"shape_known=False)")
-
-
-def _raw_incoming(out, ctx, name, source):
-    """Where a headerless message lands (``shape_known=True``): (buffer, target)."""
-    _check_known_out(out, ctx, name)
-    return _receive_buffer(out, tuple(out.shape), np.dtype(out.dtype), ctx, name, source)
+#: what a ``shape_known=True`` sender and receiver pass
+_SEND_FIX = ("pass an array of the shape and dtype the receiver expects, or use "
+             "shape_known=False")
+_RECEIVE_FIX = "pass out=, an array of the sender's shape and dtype (or use shape_known=False)"
 
 
 def send(x, dest, tag=0, *, shape_known=False, ctx):
@@ -118,20 +95,19 @@ def send(x, dest, tag=0, *, shape_known=False, ctx):
     dest = _check_peer(dest, ctx, "send", "dest")
     tag = _check_tag(tag, "send")
     if shape_known and not ctx.check:
-        buffer, nbytes = _raw_outgoing(x, ctx, "send")
-        ctx._inflight_name = "send"  # ctx._begin, inlined on this hot path
-        ctx._inflight_since = start = _perf_counter()
+        call = resolve_known_shape(x, ctx, "send", _SEND_FIX, slot=None)
+        start = ctx._begin("send")
         try:
-            ctx.comm.Send(buffer, dest, tag)
+            ctx.comm.Send(call.spec, dest, tag)
         finally:
-            ctx._end("send", start, nbytes, 0)
+            ctx._end("send", start, call.data.nbytes, 0)
         return
-    first, data, nbytes = _outgoing(x, ctx, "send")
+    first, call, nbytes = _outgoing(x, ctx, "send")
     start = ctx._begin("send")
     try:
         ctx.comm.Send(first, dest, tag)
-        if data is not None:
-            ctx.comm.Send(mpi_buffer(data), dest, tag)
+        if call is not None:
+            ctx.comm.Send(call.spec, dest, tag)
     finally:
         ctx._end("send", start, nbytes, 0)
 
@@ -144,14 +120,14 @@ def isend(x, dest, tag=0, *, shape_known=False, ctx):
     dest = _check_peer(dest, ctx, "isend", "dest")
     tag = _check_tag(tag, "isend")
     if shape_known and not ctx.check:
-        buffer, nbytes = _raw_outgoing(x, ctx, "isend")
-        return Request(ctx, "isend", [ctx.comm.Isend(buffer, dest, tag)],
-                       lambda: buffer and None, (nbytes, 0))
-    first, data, nbytes = _outgoing(x, ctx, "isend")
+        call = resolve_known_shape(x, ctx, "isend", _SEND_FIX, slot=None)
+        return Request(ctx, "isend", [ctx.comm.Isend(call.spec, dest, tag)],
+                       lambda: call and None, (call.data.nbytes, 0))
+    first, call, nbytes = _outgoing(x, ctx, "isend")
     requests = [ctx.comm.Isend(first, dest, tag)]
-    if data is not None:
-        requests.append(ctx.comm.Isend(mpi_buffer(data), dest, tag))
-    keep_alive = (first, data)
+    if call is not None:
+        requests.append(ctx.comm.Isend(call.spec, dest, tag))
+    keep_alive = (first, call)
     return Request(ctx, "isend", requests, lambda: keep_alive and None, (nbytes, 0))
 
 
@@ -168,24 +144,27 @@ def _receive(message, status, out, ctx, name, shape_known=False):
     try:
         if shape_known:
             _check_promise(out, shape, dtype, ctx, name, source)
-        buffer, target = _receive_buffer(out, shape, dtype, ctx, name, source)
+        call = resolve_receiver(out, shape, dtype, ctx, name, source, kind, scalar_type)
     except (TypeError, ValueError, CollectiveMismatchError):
         if not inline:  # drain the data message so it cannot be mistaken for a later one
             ctx.comm.Recv(np.empty(nbytes, dtype=np.uint8), source, tag)
         raise
-    if inline:
-        host = buffer if isinstance(buffer, np.ndarray) else np.empty(shape, dtype=dtype)
+    if not inline:
+        ctx.comm.Recv(call.spec, source, tag)
+    elif call.on_host:
+        call.data.reshape(-1).view(np.uint8)[...] = first[_HEADER_BYTES:]
+    else:  # a direct device array: through the host
+        host = np.empty(shape, dtype=dtype)
         host.reshape(-1).view(np.uint8)[...] = first[_HEADER_BYTES:]
-        if host is not buffer:
-            backend_of(buffer).from_host(host, out=buffer)
-    else:
-        ctx.comm.Recv(mpi_buffer(buffer), source, tag)
-    return _hand_back(buffer, target, kind, scalar_type, ctx), nbytes
+        call.backend.from_host(host, out=call.data)
+    return (out if out is not None and call.target is None else call.hand_back()), nbytes
 
 
 def _check_promise(out, shape, dtype, ctx, name, source):
     """Check mode: the message matches the ``out`` a ``shape_known=True`` receiver passed."""
-    _check_known_out(out, ctx, name)
+    if out is None or not (hasattr(out, "shape") and hasattr(out, "dtype")):
+        raise TypeError(f"{name}(shape_known=True): rank {ctx.rank} passed out={out!r}; "
+                        f"{_RECEIVE_FIX}")
     if tuple(out.shape) != shape or np.dtype(out.dtype) != dtype:
         raise CollectiveMismatchError(
             f"{name}(shape_known=True): rank {ctx.rank} passed out={describe(out)}, rank "
@@ -226,18 +205,13 @@ def recv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, shape_known=False, ctx):
     """
     source, tag = _matching(source, tag, ctx, "recv")
     if shape_known and not ctx.check:
-        if type(out) is np.ndarray and out.flags.c_contiguous and out.dtype in _DIRECT_TYPES:
-            buffer, target, spec = out, None, (out, _DIRECT_TYPES[out.dtype])
-        else:
-            buffer, target = _raw_incoming(out, ctx, "recv", source)
-            spec = mpi_buffer(buffer)
-        ctx._inflight_name = "recv"  # ctx._begin, inlined on this hot path
-        ctx._inflight_since = start = _perf_counter()
+        call = resolve_known_shape(out, ctx, "recv", _RECEIVE_FIX, incoming=True)
+        start = ctx._begin("recv")
         try:
-            ctx.comm.Recv(spec, source, tag)
+            ctx.comm.Recv(call.spec, source, tag)
         finally:
-            ctx._end("recv", start, 0, buffer.nbytes)
-        return out if target is None else _hand_back(buffer, target, HOST, None, ctx)
+            ctx._end("recv", start, 0, call.data.nbytes)
+        return out if call.target is None else call.hand_back()
     start = ctx._begin("recv")
     nbytes = 0
     try:
@@ -294,7 +268,8 @@ def irecv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, shape_known=False, ctx):
     """
     source, tag = _matching(source, tag, ctx, "irecv")
     if shape_known and not ctx.check:
-        buffer, target = _raw_incoming(out, ctx, "irecv", source)
-        return Request(ctx, "irecv", [ctx.comm.Irecv(mpi_buffer(buffer), source, tag)],
-                       lambda: _hand_back(buffer, target, HOST, None, ctx), (0, buffer.nbytes))
+        call = resolve_known_shape(out, ctx, "irecv", _RECEIVE_FIX, incoming=True)
+        return Request(ctx, "irecv", [ctx.comm.Irecv(call.spec, source, tag)],
+                       lambda: out if call.target is None else call.hand_back(),
+                       (0, call.data.nbytes))
     return _ReceiveRequest(ctx, source, tag, out, shape_known)

@@ -1,17 +1,15 @@
 """Reductions: allreduce, reduce and reduce_scatter."""
 
 import math
-from time import perf_counter as _perf_counter
 
 import numpy as np
 
 from .._partition import balanced_counts, validate_counts
 from .algorithms import ALGORITHMS
-from .buffers import DEVICE_DIRECT, HOST, describe, mpi_buffer, output_for, wrap
+from .calls import DEVICE_DIRECT, HOST, resolve
 from .checks import agree
-from .dtypes import is_sixteen_bit_float
 from .mpi import MPI
-from .ops import mpi_op, parse_op
+from .ops import reduction_of
 
 __all__ = ["allreduce", "reduce", "reduce_scatter", "check_root"]
 
@@ -28,9 +26,9 @@ def check_root(root, ctx, name):
                      f"use 0..{ctx.size - 1}")
 
 
-def _divide_for_mean(result, payload, size):
-    if payload.kind == DEVICE_DIRECT:
-        payload.backend.divide_(result, size)
+def _divide_for_mean(result, call, size):
+    if call.kind == DEVICE_DIRECT:
+        call.backend.divide_(result, size)
     else:
         np.true_divide(result, size, out=result)
 
@@ -60,76 +58,45 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx):
     --------
     >>> total = hpcdist.allreduce(np.ones(4), op="sum")   # doctest: +SKIP
     """
-    if type(x) is np.ndarray and algorithm == "auto" and not ctx.check:
-        # fast path: a combination the general path below has already validated
-        try:
-            fast = _FAST_PATHS[op][x.dtype]
-        except (KeyError, TypeError):  # not validated yet, or an unhashable op
-            fast = None
-        if fast is not None and x.flags.c_contiguous:
-            if out is None:
-                result = np.empty_like(x)
-            elif (type(out) is np.ndarray and out.dtype is x.dtype and out.shape == x.shape
-                  and out.flags.c_contiguous):
-                result = out
-            else:
-                result = None  # the general path handles (or rejects) this out
-            if result is not None:
-                datatype, mpi_operation, mean = fast
-                ctx._inflight_name = "allreduce"  # ctx._begin, inlined on this hot path
-                ctx._inflight_since = start = _perf_counter()
-                if ctx.size > 1:
-                    ctx.comm.Allreduce(MPI.IN_PLACE if result is x else (x, datatype),
-                                       (result, datatype), mpi_operation)
-                    if mean:
-                        np.true_divide(result, ctx.size, out=result)
-                elif result is not x:
-                    result[...] = x
-                ctx._end("allreduce", start, x.nbytes, x.nbytes)
-                return result
-    op = parse_op(op)
-    if algorithm not in _ALGORITHM_NAMES:
+    call = resolve(x, ctx, "allreduce")
+    data = call.data
+    op, mpi_operation, mean = reduction_of(op, data.dtype)
+    if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise ValueError(f"allreduce: algorithm={algorithm!r} is unknown; use one of "
                          f"{', '.join(map(repr, _ALGORITHM_NAMES))}")
-    payload = wrap(x, ctx, "allreduce")
-    data = payload.data
-    mpi_operation = mpi_op(op, data.dtype)
-    result, in_place = output_for(payload, x, out, "allreduce")
+    if out is None and call.kind == HOST:
+        result, in_place = np.empty(data.shape, data.dtype), False
+    else:
+        result, in_place = call.output_for(x, out)
     if ctx.check:
-        agree(ctx, "allreduce", describe(data), f"op={op}", f"algorithm={algorithm}")
+        agree(ctx, "allreduce", call.describe(), f"op={op}", f"algorithm={algorithm}")
     start = ctx._begin("allreduce")
     size = ctx.size
     if size == 1:
         if not in_place:
-            payload.copy_into(result, data)
+            call.copy_into(result, data)
     elif algorithm == "auto":
-        ctx.comm.Allreduce(MPI.IN_PLACE if in_place else mpi_buffer(data),
-                           mpi_buffer(result), mpi_operation)
+        ctx.comm.Allreduce(MPI.IN_PLACE if in_place else call.spec, call.spec_of(result),
+                           mpi_operation)
+        if mean:
+            _divide_for_mean(result, call, size)
     else:
-        _explicit_allreduce(ctx, payload, data, result, op, algorithm)
-    if op == "mean" and size > 1:
-        _divide_for_mean(result, payload, size)
+        _explicit_allreduce(ctx, call, data, result, op, algorithm)
+        if mean:
+            _divide_for_mean(result, call, size)
     ctx._end("allreduce", start, data.nbytes, data.nbytes)
-    if payload.kind == HOST and not is_sixteen_bit_float(data.dtype):
-        _FAST_PATHS.setdefault(op, {})[data.dtype] = (mpi_buffer(data)[1], mpi_operation,
-                                                      op == "mean")
-    return payload.deliver(result, out)
+    return result if out is None and call.kind == HOST else call.deliver(result, out)
 
 
-# op name -> dtype -> (MPI datatype, MPI op, divide by size) for host arrays: filled by
-# the general path, so the fast path only ever repeats a combination validated there
-_FAST_PATHS = {}
-
-
-def _explicit_allreduce(ctx, payload, data, result, op, algorithm):
-    if payload.kind != DEVICE_DIRECT:
+def _explicit_allreduce(ctx, call, data, result, op, algorithm):
+    if call.kind != DEVICE_DIRECT:
         ALGORITHMS[algorithm](ctx, data, result, op)
         return
     # hpcdist's algorithms reduce with NumPy: run them on a host copy
     host = np.empty(data.shape, dtype=data.dtype)
-    payload.backend.to_host(data, host)
+    call.backend.to_host(data, host)
     ALGORITHMS[algorithm](ctx, host, host, op)
-    payload.backend.from_host(host, out=result)
+    call.backend.from_host(host, out=result)
 
 
 def reduce(x, op="sum", *, root=0, ctx):
@@ -147,25 +114,24 @@ def reduce(x, op="sum", *, root=0, ctx):
     array, scalar or None
         The result on ``root``; None on the other ranks.
     """
-    op = parse_op(op)
     root = check_root(root, ctx, "reduce")
-    payload = wrap(x, ctx, "reduce")
-    data = payload.data
-    mpi_operation = mpi_op(op, data.dtype)
+    call = resolve(x, ctx, "reduce")
+    data = call.data
+    op, mpi_operation, mean = reduction_of(op, data.dtype)
     is_root = ctx.rank == root
-    result = payload.new_output(data.shape, data.dtype) if is_root else None
+    result = call.new_output(data.shape) if is_root else None
     if ctx.check:
-        agree(ctx, "reduce", describe(data), f"op={op}", f"root={root}")
+        agree(ctx, "reduce", call.describe(), f"op={op}", f"root={root}")
     start = ctx._begin("reduce")
     if ctx.size == 1:
-        payload.copy_into(result, data)
+        call.copy_into(result, data)
     else:
-        ctx.comm.Reduce(mpi_buffer(data), mpi_buffer(result) if is_root else None,
-                        mpi_operation, root=root)
-        if is_root and op == "mean":
-            _divide_for_mean(result, payload, ctx.size)
+        ctx.comm.Reduce(call.spec, call.spec_of(result) if is_root else None, mpi_operation,
+                        root=root)
+        if is_root and mean:
+            _divide_for_mean(result, call, ctx.size)
     ctx._end("reduce", start, data.nbytes, data.nbytes if is_root else 0)
-    return payload.deliver(result)
+    return call.deliver(result)
 
 
 def reduce_scatter(x, op="sum", counts=None, *, ctx):
@@ -185,26 +151,25 @@ def reduce_scatter(x, op="sum", counts=None, *, ctx):
     -------
     array of shape (counts[rank], ...)
     """
-    op = parse_op(op)
-    payload = wrap(x, ctx, "reduce_scatter")
-    data = payload.data
+    call = resolve(x, ctx, "reduce_scatter")
+    data = call.data
     if data.ndim == 0:
         raise ValueError("reduce_scatter: x must have at least one dimension to split along axis 0")
-    mpi_operation = mpi_op(op, data.dtype)
+    op, mpi_operation, mean = reduction_of(op, data.dtype)
     rows = data.shape[0]
     counts = (balanced_counts(rows, ctx.size) if counts is None
               else validate_counts(counts, ctx.size, rows, "reduce_scatter"))
     row_size = math.prod(data.shape[1:])
-    result = payload.new_output((counts[ctx.rank],) + data.shape[1:], data.dtype)
+    result = call.new_output((counts[ctx.rank],) + data.shape[1:])
     if ctx.check:
-        agree(ctx, "reduce_scatter", describe(data), f"op={op}", f"counts={counts}")
+        agree(ctx, "reduce_scatter", call.describe(), f"op={op}", f"counts={counts}")
     start = ctx._begin("reduce_scatter")
     if ctx.size == 1:
-        payload.copy_into(result, data)
+        call.copy_into(result, data)
     else:
-        ctx.comm.Reduce_scatter(mpi_buffer(data), mpi_buffer(result),
-                                [c * row_size for c in counts], mpi_operation)
-        if op == "mean":
-            _divide_for_mean(result, payload, ctx.size)
+        ctx.comm.Reduce_scatter(call.spec, call.spec_of(result), [c * row_size for c in counts],
+                                mpi_operation)
+        if mean:
+            _divide_for_mean(result, call, ctx.size)
     ctx._end("reduce_scatter", start, data.nbytes, result.nbytes)
-    return payload.deliver(result)
+    return call.deliver(result)

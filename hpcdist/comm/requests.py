@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from .buffers import describe, mpi_buffer, output_for, wrap
+from .calls import describe, resolve
 from .checks import agree
 from .movement import (
     _describe_except,
@@ -17,7 +17,7 @@ from .movement import (
     broadcast,
 )
 from .mpi import MPI
-from .ops import mpi_op, parse_op
+from .ops import reduction_of
 from .reductions import _divide_for_mean, check_root
 
 __all__ = ["Request", "ProgressPoller", "iallreduce", "ibroadcast", "iallgather"]
@@ -152,24 +152,23 @@ def iallreduce(x, op="sum", *, out=None, ctx):
     algorithm is used). Do not touch ``x`` or ``out`` until the request
     completes.
     """
-    op = parse_op(op)
-    payload = wrap(x, ctx, "iallreduce", slot=None)
-    data = payload.data
-    mpi_operation = mpi_op(op, data.dtype)
-    result, in_place = output_for(payload, x, out, "iallreduce")
+    call = resolve(x, ctx, "iallreduce", slot=None)
+    data = call.data
+    op, mpi_operation, mean = reduction_of(op, data.dtype)
+    result, in_place = call.output_for(x, out)
     if ctx.check:
-        agree(ctx, "iallreduce", describe(data), f"op={op}")
+        agree(ctx, "iallreduce", call.describe(), f"op={op}")
     if ctx.size == 1:
         if not in_place:
-            payload.copy_into(result, data)
-        return CompletedRequest(ctx, "iallreduce", payload.deliver(result, out))
-    request = ctx.comm.Iallreduce(MPI.IN_PLACE if in_place else mpi_buffer(data),
-                                  mpi_buffer(result), mpi_operation)
+            call.copy_into(result, data)
+        return CompletedRequest(ctx, "iallreduce", call.deliver(result, out))
+    request = ctx.comm.Iallreduce(MPI.IN_PLACE if in_place else call.spec, call.spec_of(result),
+                                  mpi_operation)
 
     def finish():
-        if op == "mean":
-            _divide_for_mean(result, payload, ctx.size)
-        return payload.deliver(result, out)
+        if mean:
+            _divide_for_mean(result, call, ctx.size)
+        return call.deliver(result, out)
 
     return Request(ctx, "iallreduce", [request], finish, (data.nbytes, data.nbytes))
 
@@ -191,21 +190,21 @@ def ibroadcast(x, root=0, *, ctx):
     if not everyone_knows:
         header = None
         if is_root:
-            payload = wrap(x, ctx, "ibroadcast", slot=None)
-            header = (payload.data.shape, payload.data.dtype.str)
+            data = resolve(x, ctx, "ibroadcast", slot=None).data
+            header = (data.shape, data.dtype.str)
         shape, dtype_str = ctx._private_comm.bcast(header, root=root)
         if x is None:
             x = np.empty(shape, dtype=np.dtype(dtype_str))
-    payload = wrap(x, ctx, "ibroadcast", slot=None)
-    data = payload.data
+    call = resolve(x, ctx, "ibroadcast", slot=None)
+    data = call.data
     if ctx.check:
         agree(ctx, "ibroadcast", describe(data), f"root={root}")
-    request = ctx.comm.Ibcast(mpi_buffer(data), root=root)
+    request = ctx.comm.Ibcast(call.spec, root=root)
 
     def finish():
         if is_root:
             return x
-        delivered = payload.deliver(data, out=None if isinstance(x, np.ndarray) else x)
+        delivered = call.deliver(data, out=None if isinstance(x, np.ndarray) else x)
         if isinstance(x, np.ndarray) and delivered is not x:
             x[...] = delivered
             return x
@@ -221,20 +220,20 @@ def iallgather(x, axis=0, *, counts=None, ctx):
     Without ``counts`` the sizes along ``axis`` are exchanged first (a
     short blocking step); the data itself moves without blocking.
     """
-    payload = wrap(x, ctx, "iallgather", slot=None)
-    data, axis = _rows_first(payload, axis, "iallgather")
+    call = resolve(x, ctx, "iallgather", slot=None)
+    data, axis = _rows_first(call, axis, "iallgather")
     if ctx.check:
         agree(ctx, "iallgather", _describe_except(data, axis), f"axis={axis}")
     if counts is None:
         counts = _exchange_rows(ctx, data, "iallgather", axis, ctx._begin("iallgather"))
         ctx._inflight_name = None  # only the size exchange blocked; wait() times the rest
     counts = [int(c) for c in counts]
-    result = payload.new_output((sum(counts),) + data.shape[1:], data.dtype, slot=None)
+    result = call.new_output((sum(counts),) + data.shape[1:], slot=None)
     if ctx.size == 1:
-        payload.copy_into(result, data)
-        return CompletedRequest(ctx, "iallgather", payload.deliver(_from_rows(result, axis)))
+        call.copy_into(result, data)
+        return CompletedRequest(ctx, "iallgather", call.deliver(_from_rows(result, axis)))
     row_size = math.prod(data.shape[1:])
-    request = ctx.comm.Iallgatherv(mpi_buffer(data), _vector_spec(result, counts, row_size))
+    request = ctx.comm.Iallgatherv(call.spec, _vector_spec(result, counts, row_size))
     return Request(ctx, "iallgather", [request],
-                   lambda: payload.deliver(_from_rows(result, axis)),
+                   lambda: call.deliver(_from_rows(result, axis)),
                    (data.nbytes, result.nbytes))

@@ -10,6 +10,8 @@ import json
 
 import pytest
 
+import hpcdist
+from hpcdist.bench import collectives as collectives_bench
 from hpcdist.bench.collectives import (
     OPERATIONS,
     TARGETS,
@@ -83,9 +85,37 @@ def test_new_operations_and_their_baselines(bench_run):
     assert [set(r["median_us"]) for r in none["results"]] == [
         {"hpcdist", "mpi4py"}, {"hpcdist", "mpi4py", "pkl5"}]
     for name in PINGPONGS:
-        assert operations[name]["implementations"] == ["hpcdist", "mpi4py"], name
+        assert operations[name]["implementations"] == ["hpcdist", "mpi4py", "floor"], name
         assert "comm.Send(x, 1); comm.Recv(buf, 1)" in operations[name]["calls"]["mpi4py"]
     assert "shape_known=True" in operations["pingpong_known"]["calls"]["hpcdist"]
+
+
+@pytest.mark.slow
+def test_floor_beside_every_mpi4py_baseline_it_bounds(bench_run):
+    out, _ = bench_run
+    report = _report(out)
+    floored = {target.operation for target in TARGETS if target.baseline == "floor"}
+    for operation, entry in report["operations"].items():
+        has_floor = "floor" in entry["implementations"]
+        assert has_floor == (operation in floored), operation
+        if has_floor:
+            assert "_begin" in entry["calls"]["floor"], operation
+    judged = {(operation, judged["baseline"]) for operation, targets in report["summary"].items()
+              for judged in targets if judged["status"] != "n/a"}
+    assert {(operation, "floor") for operation in floored} <= judged
+
+
+def test_floor_does_the_bookkeeping_of_each_call():
+    ctx = hpcdist.init()
+    ctx.reset_stats()
+    calls = []
+    for per_round in (1, 2):
+        floor = collectives_bench._with_bookkeeping(ctx, lambda: calls.append(1) or "done",
+                                                    per_round)
+        assert floor() == "done"
+    assert len(calls) == 2 and ctx.stats()["floor"]["calls"] == 3
+    with pytest.raises(ValueError, match="calls=3"):
+        collectives_bench._with_bookkeeping(ctx, lambda: None, 3)
 
 
 @pytest.mark.slow

@@ -1,0 +1,352 @@
+"""One call, resolved once: what the caller passed, described for MPI and for the way back.
+
+Every collective and point-to-point call starts with :func:`resolve` (what
+this rank sends) or :func:`resolve_receiver` (where this rank's data lands).
+The :class:`Call` they return holds everything the rest of the call reads:
+the contiguous data MPI sees, its MPI datatype, the kind of object the
+caller passed (array, scalar, device array sent directly or staged through
+the host) and how to hand the result back. Check mode, the statistics and
+the stall watchdog read the same description; nothing is looked up twice.
+"""
+
+import numbers
+
+import numpy as np
+
+from .devices import backend_of
+from .dtypes import PREDEFINED_DATATYPES, check_dtype, mpi_datatype
+from .headers import SCALAR_TYPES
+
+__all__ = ["Call", "resolve", "resolve_known_shape", "resolve_receiver", "describe", "spec_of",
+           "HOST", "PY_SCALAR", "NP_SCALAR", "DEVICE_DIRECT", "DEVICE_STAGED"]
+
+#: kinds of object a caller passes
+HOST, PY_SCALAR, NP_SCALAR, DEVICE_DIRECT, DEVICE_STAGED = range(5)
+_SCALAR_KINDS = (PY_SCALAR, NP_SCALAR)
+#: dtype -> MPI datatype for the dtypes Python's buffer protocol describes (filled when
+#: MPI loads); the 16-bit floats travel as raw 2-byte words with a private datatype
+_PLAIN = PREDEFINED_DATATYPES
+_new = object.__new__
+
+
+class Call:
+    """One call of a collective, resolved once.
+
+    Attributes
+    ----------
+    name : str
+        The operation (``"allreduce"``, ``"send"``, ...).
+    data : array
+        C-contiguous data MPI reads or writes: a NumPy array, or a device
+        array when the MPI library is CUDA-aware.
+    spec : tuple
+        ``data`` as mpi4py takes it: ``(buffer, MPI datatype)``.
+    kind : int
+        Host array, Python scalar, NumPy scalar, device array sent directly
+        or device array staged through the host (the module's constants).
+    target : array or None
+        A receiver's own array, when MPI cannot write into it directly (not
+        contiguous, or device memory staged through the host): the result
+        is copied into it on the way back.
+    """
+
+    __slots__ = ("name", "data", "spec", "kind", "scalar_type", "backend", "ctx", "target",
+                 "output_slot")
+
+    @property
+    def datatype(self):
+        """The MPI datatype of one element."""
+        return self.spec[1]
+
+    @property
+    def scalar_code(self):
+        """Index of the Python scalar type in :data:`~.headers.SCALAR_TYPES`, or -1."""
+        return SCALAR_TYPES.index(self.scalar_type) if self.kind == PY_SCALAR else -1
+
+    @property
+    def on_host(self):
+        """Whether MPI sees host memory (everything but a direct device array)."""
+        return self.kind != DEVICE_DIRECT
+
+    @property
+    def on_device(self):
+        """Whether the caller passed a device array."""
+        return self.kind >= DEVICE_DIRECT
+
+    def describe(self):
+        """``float32[1024]``: the data's dtype and shape, for messages and checks."""
+        return describe(self.data)
+
+    def spec_of(self, array):
+        """``array`` (of this call's dtype) as mpi4py takes it."""
+        datatype = self.spec[1]
+        return (array, datatype) if array.dtype in _PLAIN else (array.view(np.uint16), datatype)
+
+    def new_output(self, shape, dtype=None, slot=...):
+        """An uninitialised result buffer of the call's kind (``dtype``: the data's).
+
+        ``slot`` names the staging buffer a staged result lands in (default
+        :attr:`output_slot`; None for a fresh buffer).
+        """
+        dtype = self.data.dtype if dtype is None else dtype
+        kind = self.kind
+        if kind == DEVICE_DIRECT:
+            return self.backend.empty(shape, dtype)
+        if kind == DEVICE_STAGED:
+            return self.ctx.staging.view(self.output_slot if slot is ... else slot, shape, dtype,
+                                         self.backend)
+        return np.empty(shape, dtype=dtype)
+
+    def output_for(self, x, out):
+        """The buffer MPI writes an elementwise result into, and whether that is in place.
+
+        Parameters
+        ----------
+        x : object
+            The caller's input (``out is x`` means in place).
+        out : array or None
+            The caller's output array.
+
+        Returns
+        -------
+        (array, bool)
+        """
+        data = self.data
+        if type(out) is np.ndarray and self.kind == HOST and out.dtype is data.dtype \
+                and out.shape == data.shape and out.flags.c_contiguous:
+            return out, out is x  # the common case first
+        if out is None:
+            return self.new_output(data.shape), False
+        name = self.name
+        if self.kind == PY_SCALAR or self.kind == NP_SCALAR:
+            raise TypeError(f"{name}: out= cannot be used with a scalar input; pass an array")
+        if tuple(out.shape) != data.shape or np.dtype(out.dtype) != data.dtype:
+            raise ValueError(f"{name}: out is {describe(out)} but the result is "
+                             f"{describe(data)}; pass an out of the same shape and dtype")
+        if self.kind == HOST:
+            if not isinstance(out, np.ndarray):
+                raise TypeError(f"{name}: out must be a NumPy array like the input, got "
+                                f"{type(out).__name__}")
+            if not out.flags.c_contiguous:
+                return np.empty_like(data), False  # deliver copies the result into out
+            return out, out is x
+        if self.kind == DEVICE_DIRECT and self.backend.ascontiguous(out) is out:
+            return out, out is x
+        return self.new_output(data.shape), False
+
+    def copy_into(self, result, data):
+        """Copy ``data`` into ``result``, both buffers of this call's kind."""
+        if self.kind == DEVICE_DIRECT:
+            self.backend.copy(data, result)
+        else:
+            result[...] = data
+
+    def deliver(self, result, out=None):
+        """Return ``result`` as the kind of object the caller passed.
+
+        Parameters
+        ----------
+        result : array or None
+            The result buffer (None passes through).
+        out : array, optional
+            The caller's array the result belongs in (copied there when
+            MPI could not write into it).
+        """
+        if result is None:
+            return None
+        kind = self.kind
+        if kind == HOST or kind == DEVICE_DIRECT:
+            if out is not None and result is not out:
+                out[...] = result  # the caller's out was not contiguous
+                return out
+            return result
+        if kind == DEVICE_STAGED:
+            return self.backend.from_host(result, out=out)
+        if kind == NP_SCALAR:
+            return result[()]
+        return self.scalar_type(result[()].item())
+
+    def hand_back(self):
+        """A receiver's result: its own array filled, or the data as the sender's kind."""
+        target, data = self.target, self.data
+        if target is not None:
+            if isinstance(target, np.ndarray):
+                target[...] = data
+                return target
+            return self.backend.from_host(data, out=target)
+        kind = self.kind
+        if kind == PY_SCALAR:
+            return self.scalar_type(data[()].item())
+        if kind == NP_SCALAR:
+            return data[()]
+        if kind >= DEVICE_DIRECT and self.ctx.xp is not np and isinstance(data, np.ndarray):
+            return self.ctx.xp.asarray(data)  # the sender passed a device array: so do we
+        return data
+
+
+def _host_call(name, data, kind, ctx, scalar_type=None):
+    """A :class:`Call` of host data ``data`` (C-contiguous, of a supported dtype)."""
+    call = _new(Call)
+    call.name, call.data, call.kind, call.ctx = name, data, kind, ctx
+    call.scalar_type, call.backend, call.target, call.output_slot = scalar_type, None, None, "recv"
+    call.spec = _spec(data)
+    return call
+
+
+def _spec(data):
+    datatype = _PLAIN.get(data.dtype)
+    if datatype is not None:
+        return (data, datatype)
+    return (data.view(np.uint16), mpi_datatype(data.dtype))  # a 16-bit float
+
+
+def resolve(x, ctx, name, slot="send", incoming=False):
+    """Describe ``x``, the array or scalar a call sends (or, ``incoming``, receives into).
+
+    Parameters
+    ----------
+    x : scalar, numpy.ndarray or device array
+    ctx : Context
+    name : str
+        The operation, for error messages and the statistics.
+    slot : str or None
+        The staging slot a device array is copied into when the MPI library
+        is not CUDA-aware (None: a fresh buffer, for nonblocking calls).
+    incoming : bool, default=False
+        MPI writes into ``x``: where it cannot write there directly (not
+        contiguous, or device memory staged through the host), it writes
+        into a buffer that :meth:`Call.hand_back` copies into ``x``.
+
+    Raises
+    ------
+    TypeError
+        For objects that are neither numbers nor arrays, and unsupported dtypes.
+    """
+    if type(x) is np.ndarray:
+        datatype = _PLAIN.get(x.dtype)
+        if datatype is not None and x.flags.c_contiguous:
+            # the common case, kept short: a plain host array
+            call = _new(Call)
+            call.name, call.data, call.spec, call.kind, call.ctx = name, x, (x, datatype), HOST, ctx
+            call.scalar_type = call.backend = call.target = None
+            call.output_slot = "recv"
+            return call
+    if isinstance(x, np.ndarray):
+        check_dtype(x.dtype)
+        if x.flags.c_contiguous:
+            return _host_call(name, x, HOST, ctx)
+        call = _host_call(name, np.ascontiguousarray(x), HOST, ctx)
+        call.target = x if incoming else None
+        return call
+    if isinstance(x, np.generic):
+        array = np.asarray(x)
+        check_dtype(array.dtype)
+        return _host_call(name, array, NP_SCALAR, ctx)
+    if isinstance(x, (bool, numbers.Number)):
+        array = np.asarray(x)
+        if array.dtype.kind not in "biufc":
+            raise TypeError(f"{name}: cannot communicate {type(x).__name__} {x!r} as an array; "
+                            f"use {name}_object for arbitrary Python objects")
+        check_dtype(array.dtype)
+        return _host_call(name, array, PY_SCALAR, ctx, scalar_type=type(x))
+    backend = backend_of(x)
+    if backend is None:
+        raise TypeError(f"{name}: expected a NumPy array, a device array or a number, got "
+                        f"{type(x).__name__}; the *_object collectives take Python objects")
+    return _device_call(x, backend, ctx, name, slot, incoming)
+
+
+def _device_call(x, backend, ctx, name, slot, incoming):
+    """A :class:`Call` of device array ``x``: direct when the MPI library is
+    CUDA-aware, else staged through a pinned host buffer."""
+    dtype = np.dtype(x.dtype)
+    check_dtype(dtype)
+    data = backend.ascontiguous(x)
+    if ctx.cuda_aware and not (incoming and data is not x):
+        backend.synchronize()  # MPI reads device memory outside the stream's order
+        call = _host_call(name, data, DEVICE_DIRECT, ctx)
+    elif incoming:
+        host = ctx.staging.view("recv", tuple(x.shape), dtype, backend)
+        call = _host_call(name, host, DEVICE_STAGED, ctx)
+        call.target = x
+    else:
+        host = ctx.staging.view(slot, data.shape, dtype, backend)
+        backend.to_host(data, host)
+        call = _host_call(name, host, DEVICE_STAGED, ctx)
+    call.backend = backend
+    return call
+
+
+def resolve_known_shape(x, ctx, name, fix, slot="send", incoming=False):
+    """:func:`resolve` for a ``shape_known=True`` call, which promised an array.
+
+    Parameters
+    ----------
+    fix : str
+        What the caller should pass instead, ending the error message.
+
+    Raises
+    ------
+    TypeError
+        Naming ``x`` and ``fix``, when ``x`` is None, a scalar or no array.
+    """
+    try:
+        call = resolve(x, ctx, name, slot, incoming)
+    except TypeError:
+        if hasattr(x, "shape") and hasattr(x, "dtype"):
+            raise  # an array of an unsupported dtype: resolve's message says so
+        call = None
+    if call is None or call.kind == PY_SCALAR or call.kind == NP_SCALAR:
+        passed = "None" if x is None else "a scalar" if call is not None else type(x).__name__
+        raise TypeError(f"{name}(shape_known=True): rank {ctx.rank} passed {passed}; {fix}")
+    return call
+
+
+def resolve_receiver(x, shape, dtype, ctx, name, peer, kind=HOST, scalar_type=None):
+    """Describe where this rank receives ``shape`` and ``dtype`` sent by ``peer``.
+
+    Parameters
+    ----------
+    x : array or None
+        The receiver's array (filled in place), or None for a new array.
+    shape : tuple of int
+    dtype : numpy.dtype
+    ctx : Context
+    name : str
+    peer : int
+        The sending rank (the root of a broadcast), for error messages.
+    kind : int
+        The kind of object the sender passed, rebuilt by :meth:`Call.hand_back`
+        when ``x`` is None.
+    scalar_type : type, optional
+        The sender's Python scalar type (``kind == PY_SCALAR``).
+
+    Raises
+    ------
+    ValueError
+        When ``x`` is not of ``shape`` and ``dtype``.
+    TypeError
+        When ``x`` is neither None nor an array.
+    """
+    if x is None:
+        return _host_call(name, np.empty(shape, dtype=dtype), kind, ctx, scalar_type)
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        raise TypeError(f"{name}: receivers pass a NumPy array, a device array or None, "
+                        f"got {type(x).__name__}")
+    if tuple(x.shape) != shape or np.dtype(x.dtype) != dtype:
+        raise ValueError(f"{name}: rank {ctx.rank} passed {describe(x)} but rank {peer} "
+                         f"sends {dtype}[{','.join(map(str, shape))}]; pass an array of the "
+                         f"sender's shape and dtype, or None")
+    return resolve(x, ctx, name, incoming=True)
+
+
+def spec_of(array):
+    """``array`` (host or device, of a supported dtype) as mpi4py takes it."""
+    return _spec(array)
+
+
+def describe(array):
+    """A short text such as ``float32[1024]`` or ``int64[3,4]`` for messages."""
+    if array is None:
+        return "None"
+    return f"{np.dtype(array.dtype)}[{','.join(str(n) for n in array.shape)}]"

@@ -50,8 +50,10 @@ class Call:
         is copied into it on the way back.
     """
 
-    __slots__ = ("name", "data", "spec", "kind", "scalar_type", "backend", "ctx", "target",
-                 "output_slot")
+    __slots__ = ("name", "data", "spec", "kind")
+    # what a plain host array never needs (set per call only by _FullCall)
+    scalar_type = backend = ctx = target = None
+    output_slot = "recv"
 
     @property
     def datatype(self):
@@ -184,9 +186,16 @@ class Call:
         return data
 
 
+class _FullCall(Call):
+    """A :class:`Call` of anything but a plain host array: a scalar, a device array, or
+    a copy made for MPI (the class defaults of :class:`Call` become per-call fields)."""
+
+    __slots__ = ("scalar_type", "backend", "ctx", "target", "output_slot")
+
+
 def _host_call(name, data, kind, ctx, scalar_type=None):
-    """A :class:`Call` of host data ``data`` (C-contiguous, of a supported dtype)."""
-    call = _new(Call)
+    """A :class:`_FullCall` of data ``data`` (C-contiguous, of a supported dtype)."""
+    call = _new(_FullCall)
     call.name, call.data, call.kind, call.ctx = name, data, kind, ctx
     call.scalar_type, call.backend, call.target, call.output_slot = scalar_type, None, None, "recv"
     call.spec = _spec(data)
@@ -227,9 +236,7 @@ def resolve(x, ctx, name, slot="send", incoming=False):
         if datatype is not None and x.flags.c_contiguous:
             # the common case, kept short: a plain host array
             call = _new(Call)
-            call.name, call.data, call.spec, call.kind, call.ctx = name, x, (x, datatype), HOST, ctx
-            call.scalar_type = call.backend = call.target = None
-            call.output_slot = "recv"
+            call.name, call.data, call.spec, call.kind = name, x, (x, datatype), HOST
             return call
     if isinstance(x, np.ndarray):
         check_dtype(x.dtype)
@@ -296,6 +303,9 @@ def resolve_known_shape(x, ctx, name, fix, slot="send", incoming=False):
         if hasattr(x, "shape") and hasattr(x, "dtype"):
             raise  # an array of an unsupported dtype: resolve's message says so
         call = None
+    else:
+        if call.kind == HOST:
+            return call  # the common case first
     if call is None or call.kind == PY_SCALAR or call.kind == NP_SCALAR:
         passed = "None" if x is None else "a scalar" if call is not None else type(x).__name__
         raise TypeError(f"{name}(shape_known=True): rank {ctx.rank} passed {passed}; {fix}")

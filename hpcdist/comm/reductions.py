@@ -64,8 +64,11 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx):
     if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise ValueError(f"allreduce: algorithm={algorithm!r} is unknown; use one of "
                          f"{', '.join(map(repr, _ALGORITHM_NAMES))}")
-    if out is None and call.kind == HOST:
+    plain = call.kind == HOST
+    if plain and out is None:
         result, in_place = np.empty(data.shape, data.dtype), False
+    elif plain and out is x:
+        result, in_place = x, True
     else:
         result, in_place = call.output_for(x, out)
     if ctx.check:
@@ -85,7 +88,7 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx):
         if mean:
             _divide_for_mean(result, call, size)
     ctx._end("allreduce", start, data.nbytes, data.nbytes)
-    return result if out is None and call.kind == HOST else call.deliver(result, out)
+    return result if plain and (out is None or result is out) else call.deliver(result, out)
 
 
 def _explicit_allreduce(ctx, call, data, result, op, algorithm):

@@ -34,8 +34,6 @@ class Call:
 
     Attributes
     ----------
-    name : str
-        The operation (``"allreduce"``, ``"send"``, ...).
     data : array
         C-contiguous data MPI reads or writes: a NumPy array, or a device
         array when the MPI library is CUDA-aware.
@@ -50,8 +48,10 @@ class Call:
         is copied into it on the way back.
     """
 
-    __slots__ = ("name", "data", "spec", "kind")
-    # what a plain host array never needs (set per call only by _FullCall)
+    __slots__ = ("data", "spec")
+    # a plain host array (C-contiguous, of a dtype with a predefined MPI type) needs no
+    # more; _FullCall makes these per-call fields for everything else
+    kind = HOST
     scalar_type = backend = ctx = target = None
     output_slot = "recv"
 
@@ -99,7 +99,7 @@ class Call:
                                          self.backend)
         return np.empty(shape, dtype=dtype)
 
-    def output_for(self, x, out):
+    def output_for(self, x, out, name):
         """The buffer MPI writes an elementwise result into, and whether that is in place.
 
         Parameters
@@ -108,24 +108,29 @@ class Call:
             The caller's input (``out is x`` means in place).
         out : array or None
             The caller's output array.
+        name : str
+            The operation, for error messages.
 
         Returns
         -------
         (array, bool)
         """
         data = self.data
-        if type(out) is np.ndarray and self.kind == HOST and out.dtype is data.dtype \
-                and out.shape == data.shape and out.flags.c_contiguous:
-            return out, out is x  # the common case first
+        plain = self.kind == HOST
         if out is None:
-            return self.new_output(data.shape), False
-        name = self.name
+            return (np.empty(data.shape, data.dtype) if plain else self.new_output(data.shape),
+                    False)
+        if plain and out is x:
+            return x, True
+        if plain and type(out) is np.ndarray and out.dtype is data.dtype \
+                and out.shape == data.shape and out.flags.c_contiguous:
+            return out, False
         if self.kind == PY_SCALAR or self.kind == NP_SCALAR:
             raise TypeError(f"{name}: out= cannot be used with a scalar input; pass an array")
         if tuple(out.shape) != data.shape or np.dtype(out.dtype) != data.dtype:
             raise ValueError(f"{name}: out is {describe(out)} but the result is "
                              f"{describe(data)}; pass an out of the same shape and dtype")
-        if self.kind == HOST:
+        if plain:
             if not isinstance(out, np.ndarray):
                 raise TypeError(f"{name}: out must be a NumPy array like the input, got "
                                 f"{type(out).__name__}")
@@ -190,13 +195,13 @@ class _FullCall(Call):
     """A :class:`Call` of anything but a plain host array: a scalar, a device array, or
     a copy made for MPI (the class defaults of :class:`Call` become per-call fields)."""
 
-    __slots__ = ("scalar_type", "backend", "ctx", "target", "output_slot")
+    __slots__ = ("kind", "scalar_type", "backend", "ctx", "target", "output_slot")
 
 
-def _host_call(name, data, kind, ctx, scalar_type=None):
+def _host_call(data, kind, ctx, scalar_type=None):
     """A :class:`_FullCall` of data ``data`` (C-contiguous, of a supported dtype)."""
     call = _new(_FullCall)
-    call.name, call.data, call.kind, call.ctx = name, data, kind, ctx
+    call.data, call.kind, call.ctx = data, kind, ctx
     call.scalar_type, call.backend, call.target, call.output_slot = scalar_type, None, None, "recv"
     call.spec = _spec(data)
     return call
@@ -236,26 +241,26 @@ def resolve(x, ctx, name, slot="send", incoming=False):
         if datatype is not None and x.flags.c_contiguous:
             # the common case, kept short: a plain host array
             call = _new(Call)
-            call.name, call.data, call.spec, call.kind = name, x, (x, datatype), HOST
+            call.data, call.spec = x, (x, datatype)
             return call
     if isinstance(x, np.ndarray):
         check_dtype(x.dtype)
         if x.flags.c_contiguous:
-            return _host_call(name, x, HOST, ctx)
-        call = _host_call(name, np.ascontiguousarray(x), HOST, ctx)
+            return _host_call(x, HOST, ctx)
+        call = _host_call(np.ascontiguousarray(x), HOST, ctx)
         call.target = x if incoming else None
         return call
     if isinstance(x, np.generic):
         array = np.asarray(x)
         check_dtype(array.dtype)
-        return _host_call(name, array, NP_SCALAR, ctx)
+        return _host_call(array, NP_SCALAR, ctx)
     if isinstance(x, (bool, numbers.Number)):
         array = np.asarray(x)
         if array.dtype.kind not in "biufc":
             raise TypeError(f"{name}: cannot communicate {type(x).__name__} {x!r} as an array; "
                             f"use {name}_object for arbitrary Python objects")
         check_dtype(array.dtype)
-        return _host_call(name, array, PY_SCALAR, ctx, scalar_type=type(x))
+        return _host_call(array, PY_SCALAR, ctx, scalar_type=type(x))
     backend = backend_of(x)
     if backend is None:
         raise TypeError(f"{name}: expected a NumPy array, a device array or a number, got "
@@ -271,15 +276,15 @@ def _device_call(x, backend, ctx, name, slot, incoming):
     data = backend.ascontiguous(x)
     if ctx.cuda_aware and not (incoming and data is not x):
         backend.synchronize()  # MPI reads device memory outside the stream's order
-        call = _host_call(name, data, DEVICE_DIRECT, ctx)
+        call = _host_call(data, DEVICE_DIRECT, ctx)
     elif incoming:
         host = ctx.staging.view("recv", tuple(x.shape), dtype, backend)
-        call = _host_call(name, host, DEVICE_STAGED, ctx)
+        call = _host_call(host, DEVICE_STAGED, ctx)
         call.target = x
     else:
         host = ctx.staging.view(slot, data.shape, dtype, backend)
         backend.to_host(data, host)
-        call = _host_call(name, host, DEVICE_STAGED, ctx)
+        call = _host_call(host, DEVICE_STAGED, ctx)
     call.backend = backend
     return call
 
@@ -339,7 +344,7 @@ def resolve_receiver(x, shape, dtype, ctx, name, peer, kind=HOST, scalar_type=No
         When ``x`` is neither None nor an array.
     """
     if x is None:
-        return _host_call(name, np.empty(shape, dtype=dtype), kind, ctx, scalar_type)
+        return _host_call(np.empty(shape, dtype=dtype), kind, ctx, scalar_type)
     if not (hasattr(x, "shape") and hasattr(x, "dtype")):
         raise TypeError(f"{name}: receivers pass a NumPy array, a device array or None, "
                         f"got {type(x).__name__}")

@@ -64,13 +64,7 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx):
     if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise ValueError(f"allreduce: algorithm={algorithm!r} is unknown; use one of "
                          f"{', '.join(map(repr, _ALGORITHM_NAMES))}")
-    plain = call.kind == HOST
-    if plain and out is None:
-        result, in_place = np.empty(data.shape, data.dtype), False
-    elif plain and out is x:
-        result, in_place = x, True
-    else:
-        result, in_place = call.output_for(x, out)
+    result, in_place = call.output_for(x, out, "allreduce")
     if ctx.check:
         agree(ctx, "allreduce", call.describe(), f"op={op}", f"algorithm={algorithm}")
     start = ctx._begin("allreduce")
@@ -88,7 +82,8 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx):
         if mean:
             _divide_for_mean(result, call, size)
     ctx._end("allreduce", start, data.nbytes, data.nbytes)
-    return result if plain and (out is None or result is out) else call.deliver(result, out)
+    return result if result is out or (out is None and call.kind == HOST) \
+        else call.deliver(result, out)
 
 
 def _explicit_allreduce(ctx, call, data, result, op, algorithm):

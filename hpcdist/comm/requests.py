@@ -155,7 +155,7 @@ def iallreduce(x, op="sum", *, out=None, ctx):
     call = resolve(x, ctx, "iallreduce", slot=None)
     data = call.data
     op, mpi_operation, mean = reduction_of(op, data.dtype)
-    result, in_place = call.output_for(x, out)
+    result, in_place = call.output_for(x, out, "iallreduce")
     if ctx.check:
         agree(ctx, "iallreduce", call.describe(), f"op={op}")
     if ctx.size == 1:

@@ -17,7 +17,7 @@ from .devices import backend_of
 from .dtypes import PREDEFINED_DATATYPES, check_dtype, mpi_datatype
 from .headers import SCALAR_TYPES
 
-__all__ = ["Call", "resolve", "resolve_known_shape", "resolve_receiver", "describe", "spec_of",
+__all__ = ["Call", "resolve", "resolve_receiver", "describe", "spec_of",
            "HOST", "PY_SCALAR", "NP_SCALAR", "DEVICE_DIRECT", "DEVICE_STAGED"]
 
 #: kinds of object a caller passes
@@ -81,8 +81,8 @@ class Call:
 
     def spec_of(self, array):
         """``array`` (of this call's dtype) as mpi4py takes it."""
-        datatype = self.spec[1]
-        return (array, datatype) if array.dtype in _PLAIN else (array.view(np.uint16), datatype)
+        buffer, datatype = self.spec
+        return (array, datatype) if buffer is self.data else (array.view(np.uint16), datatype)
 
     def new_output(self, shape, dtype=None, slot=...):
         """An uninitialised result buffer of the call's kind (``dtype``: the data's).
@@ -214,7 +214,7 @@ def _spec(data):
     return (data.view(np.uint16), mpi_datatype(data.dtype))  # a 16-bit float
 
 
-def resolve(x, ctx, name, slot="send", incoming=False):
+def resolve(x, ctx, name, slot="send", incoming=False, array_fix=None):
     """Describe ``x``, the array or scalar a call sends (or, ``incoming``, receives into).
 
     Parameters
@@ -230,6 +230,10 @@ def resolve(x, ctx, name, slot="send", incoming=False):
         MPI writes into ``x``: where it cannot write there directly (not
         contiguous, or device memory staged through the host), it writes
         into a buffer that :meth:`Call.hand_back` copies into ``x``.
+    array_fix : str, optional
+        ``x`` must be an array (a ``shape_known=True`` call promised one):
+        None, scalars and other objects raise ``TypeError`` ending with
+        this advice.
 
     Raises
     ------
@@ -243,6 +247,12 @@ def resolve(x, ctx, name, slot="send", incoming=False):
             call = _new(Call)
             call.data, call.spec = x, (x, datatype)
             return call
+    if array_fix is not None and not (hasattr(x, "shape") and hasattr(x, "dtype")
+                                      and not isinstance(x, np.generic)):
+        passed = "None" if x is None else "a scalar" if isinstance(x, (
+            np.generic, bool, numbers.Number)) else type(x).__name__
+        raise TypeError(f"{name}(shape_known=True): rank {ctx.rank} passed {passed}; "
+                        f"{array_fix}")
     if isinstance(x, np.ndarray):
         check_dtype(x.dtype)
         if x.flags.c_contiguous:
@@ -286,34 +296,6 @@ def _device_call(x, backend, ctx, name, slot, incoming):
         backend.to_host(data, host)
         call = _host_call(host, DEVICE_STAGED, ctx)
     call.backend = backend
-    return call
-
-
-def resolve_known_shape(x, ctx, name, fix, slot="send", incoming=False):
-    """:func:`resolve` for a ``shape_known=True`` call, which promised an array.
-
-    Parameters
-    ----------
-    fix : str
-        What the caller should pass instead, ending the error message.
-
-    Raises
-    ------
-    TypeError
-        Naming ``x`` and ``fix``, when ``x`` is None, a scalar or no array.
-    """
-    try:
-        call = resolve(x, ctx, name, slot, incoming)
-    except TypeError:
-        if hasattr(x, "shape") and hasattr(x, "dtype"):
-            raise  # an array of an unsupported dtype: resolve's message says so
-        call = None
-    else:
-        if call.kind == HOST:
-            return call  # the common case first
-    if call is None or call.kind == PY_SCALAR or call.kind == NP_SCALAR:
-        passed = "None" if x is None else "a scalar" if call is not None else type(x).__name__
-        raise TypeError(f"{name}(shape_known=True): rank {ctx.rank} passed {passed}; {fix}")
     return call
 
 

@@ -13,7 +13,6 @@ from .calls import (
     PY_SCALAR,
     describe,
     resolve,
-    resolve_known_shape,
     resolve_receiver,
     spec_of,
 )
@@ -64,17 +63,13 @@ def broadcast(x, root=0, *, shape_known=False, ctx):
     """
     if type(root) is not int or not 0 <= root < ctx.size:
         root = check_root(root, ctx, "broadcast")
-    if shape_known:
-        return _broadcast_known_shape(x, root, ctx)
-    if ctx.rank == root:
-        return _broadcast_root(x, root, ctx)
-    return _broadcast_receive(x, root, ctx)
-
-
-def _broadcast_known_shape(x, root, ctx):
-    """One MPI broadcast straight into every rank's array (``shape_known=True``)."""
+    if not shape_known:
+        if ctx.rank == root:
+            return _broadcast_root(x, root, ctx)
+        return _broadcast_receive(x, root, ctx)
+    # one MPI broadcast straight into every rank's array
     is_root = ctx.rank == root
-    call = resolve_known_shape(x, ctx, "broadcast", _KNOWN_SHAPE_FIX, incoming=not is_root)
+    call = resolve(x, ctx, "broadcast", incoming=not is_root, array_fix=_KNOWN_SHAPE_FIX)
     if ctx.check:
         agree(ctx, "broadcast", call.describe(), f"root={root}", "shape_known")
     start = ctx._begin("broadcast")
@@ -344,7 +339,9 @@ def allgather(x, axis=0, *, counts=None, ctx):
     if counts is None:
         counts = _exchange_rows(ctx, data, "allgather", axis, start)
     shape = data.shape
-    result = call.new_output((sum(counts),) + shape[1:])
+    plain = call.kind == HOST
+    total = (sum(counts),) + shape[1:]
+    result = np.empty(total, data.dtype) if plain else call.new_output(total)
     if ctx.size == 1:
         call.copy_into(result, data)
     elif counts.count(rows) == len(counts):
@@ -352,7 +349,9 @@ def allgather(x, axis=0, *, counts=None, ctx):
     else:
         ctx.comm.Allgatherv(call.spec, _vector_spec(result, counts, math.prod(shape[1:])))
     ctx._end("allgather", start, data.nbytes, result.nbytes)
-    return call.deliver(result if axis == 0 else _from_rows(result, axis))
+    if axis != 0:
+        result = _from_rows(result, axis)
+    return result if plain else call.deliver(result)
 
 
 def _describe_except(data, axis):

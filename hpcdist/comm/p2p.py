@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..exceptions import CollectiveMismatchError
-from .calls import describe, resolve, resolve_known_shape, resolve_receiver
+from .calls import describe, resolve, resolve_receiver
 from .dtypes import PREDEFINED_DATATYPES
 from .headers import HEADER_BYTES, OK, pack_header, unpack_header
 from .mpi import MPI
@@ -117,7 +117,7 @@ def send(x, dest, tag=0, *, shape_known=False, ctx):
     dest = _check_peer(dest, ctx, "send", "dest")
     tag = _check_tag(tag, "send")
     if shape_known and not ctx.check:
-        call = resolve_known_shape(x, ctx, "send", _SEND_FIX, slot=None)
+        call = resolve(x, ctx, "send", slot=None, array_fix=_SEND_FIX)
         start = ctx._begin("send")
         try:
             ctx.comm.Send(call.spec, dest, tag)
@@ -154,7 +154,7 @@ def isend(x, dest, tag=0, *, shape_known=False, ctx):
     dest = _check_peer(dest, ctx, "isend", "dest")
     tag = _check_tag(tag, "isend")
     if shape_known and not ctx.check:
-        call = resolve_known_shape(x, ctx, "isend", _SEND_FIX, slot=None)
+        call = resolve(x, ctx, "isend", slot=None, array_fix=_SEND_FIX)
         return Request(ctx, "isend", [ctx.comm.Isend(call.spec, dest, tag)],
                        lambda: call and None, (call.data.nbytes, 0))
     first, call, nbytes = _outgoing(x, ctx, "isend")
@@ -253,7 +253,7 @@ def recv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, shape_known=False, ctx):
     """
     source, tag = _matching(source, tag, ctx, "recv")
     if shape_known and not ctx.check:
-        call = resolve_known_shape(out, ctx, "recv", _RECEIVE_FIX, incoming=True)
+        call = resolve(out, ctx, "recv", incoming=True, array_fix=_RECEIVE_FIX)
         start = ctx._begin("recv")
         try:
             ctx.comm.Recv(call.spec, source, tag)
@@ -318,7 +318,7 @@ def irecv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, shape_known=False, ctx):
     """
     source, tag = _matching(source, tag, ctx, "irecv")
     if shape_known and not ctx.check:
-        call = resolve_known_shape(out, ctx, "irecv", _RECEIVE_FIX, incoming=True)
+        call = resolve(out, ctx, "irecv", incoming=True, array_fix=_RECEIVE_FIX)
         return Request(ctx, "irecv", [ctx.comm.Irecv(call.spec, source, tag)],
                        lambda: out if call.target is None else call.hand_back(),
                        (0, call.data.nbytes))

@@ -9,7 +9,7 @@ from .algorithms import ALGORITHMS
 from .calls import DEVICE_DIRECT, HOST, resolve
 from .checks import agree
 from .mpi import MPI
-from .ops import reduction_of
+from .ops import REDUCTIONS, reduction_of
 
 __all__ = ["allreduce", "reduce", "reduce_scatter", "check_root"]
 
@@ -60,11 +60,17 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx):
     """
     call = resolve(x, ctx, "allreduce")
     data = call.data
-    op, mpi_operation, mean = reduction_of(op, data.dtype)
+    try:
+        op, mpi_operation, mean = REDUCTIONS[op][data.dtype]
+    except (KeyError, TypeError):  # not resolved yet: reduction_of checks it and caches it
+        op, mpi_operation, mean = reduction_of(op, data.dtype)
     if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise ValueError(f"allreduce: algorithm={algorithm!r} is unknown; use one of "
                          f"{', '.join(map(repr, _ALGORITHM_NAMES))}")
-    result, in_place = call.output_for(x, out, "allreduce")
+    if out is None and call.kind == HOST:
+        result, in_place = np.empty(data.shape, data.dtype), False
+    else:
+        result, in_place = call.output_for(x, out, "allreduce")
     if ctx.check:
         agree(ctx, "allreduce", call.describe(), f"op={op}", f"algorithm={algorithm}")
     start = ctx._begin("allreduce")

@@ -10,6 +10,7 @@ context (:mod:`hpcdist.comm.default`).
 import time
 
 from . import movement, objects, p2p, reductions, requests
+from .calls import Call, describe
 from .devices import detect_cuda_aware, select_device
 from .dtypes import load_datatypes
 from .mpi import MPI
@@ -21,6 +22,8 @@ from .watchdog import running_watchdog
 __all__ = ["Context", "documented_by"]
 
 _perf_counter = time.perf_counter
+#: what the peer of a pending call is, by operation (else the root of a collective)
+_PEER_ROLES = {"send": "dest", "isend": "dest", "recv": "source", "irecv": "source"}
 
 
 def documented_by(implementation):
@@ -101,6 +104,7 @@ class Context:
         self._stats = {}
         self._calls = 0
         self._inflight_name = None
+        self._inflight_call = self._inflight_peer = None
         self._inflight_since = 0.0
         self._children = []
         watchdog = running_watchdog()
@@ -118,11 +122,34 @@ class Context:
                 f"{self.num_nodes} local {self.local_rank}/{self.local_size} {self.device}>")
 
     # -- bookkeeping of every collective ---------------------------------------------------
-    def _begin(self, name):
-        """Mark the start of operation ``name`` (for the watchdog); returns the start time."""
+    def _begin(self, name, call=None, peer=None):
+        """Mark the start of operation ``name`` for the stall watchdog; returns the start time.
+
+        ``call`` (the :class:`~hpcdist.comm.calls.Call`) and ``peer`` (the
+        root, or the other rank of a send or receive) are kept as they are:
+        the watchdog derives the call's signature from them only when it
+        reports a stall.
+        """
         self._inflight_name = name
+        self._inflight_call = call
+        self._inflight_peer = peer
         self._inflight_since = start = _perf_counter()
         return start
+
+    def _inflight_signature(self):
+        """The pending call as text, e.g. ``broadcast float32[1024] root=0`` (None when idle)."""
+        name, call, peer = self._inflight_name, self._inflight_call, self._inflight_peer
+        if name is None:
+            return None
+        parts = [name]
+        if isinstance(call, Call):
+            parts.append(call.describe())
+        elif hasattr(call, "shape") and hasattr(call, "dtype"):
+            parts.append(describe(call))  # a receiver's array, before the header told more
+        if peer is not None:
+            role = _PEER_ROLES.get(name, "root")
+            parts.append(f"{role}={peer if 0 <= peer < self.size else 'any'}")
+        return " ".join(parts)
 
     def _end(self, name, start, sent, received):
         """Count a finished operation in :meth:`stats` and the timeline."""

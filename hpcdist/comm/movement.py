@@ -72,7 +72,7 @@ def broadcast(x, root=0, *, shape_known=False, ctx):
     call = resolve(x, ctx, "broadcast", incoming=not is_root, array_fix=_KNOWN_SHAPE_FIX)
     if ctx.check:
         agree(ctx, "broadcast", call.describe(), f"root={root}", "shape_known")
-    start = ctx._begin("broadcast")
+    start = ctx._begin("broadcast", call, root)
     if ctx.size > 1:
         ctx.comm.Bcast(call.spec, root)
     nbytes = call.data.nbytes
@@ -128,7 +128,7 @@ def _broadcast_root(x, root, ctx):
         agree(ctx, "broadcast", _describe_input(x), f"root={root}")
     call, inline = _root_call(x, ctx, "broadcast", root)
     data = call.data
-    start = ctx._begin("broadcast")
+    start = ctx._begin("broadcast", call, root)
     if ctx.size > 1:
         packet = ctx._packet
         if inline:  # (tobytes and a memoryview copy are the cheapest way for a few bytes)
@@ -152,7 +152,7 @@ def _broadcast_receive(x, root, ctx):
     packet = _packet_of(ctx)
     if ctx.check:
         agree(ctx, "broadcast", None if x is None else describe(x), f"root={root}")
-    start = ctx._begin("broadcast")
+    start = ctx._begin("broadcast", x, root)
     ctx._private_comm.Bcast(packet, root)
     status, shape, dtype, kind, scalar_type, inline = unpack_header(packet)
     if (inline and type(x) is np.ndarray and x.shape == shape and x.dtype == dtype
@@ -335,7 +335,7 @@ def allgather(x, axis=0, *, counts=None, ctx):
                              f"{ctx.rank} passed {rows} along axis={axis}")
     if ctx.check:
         agree(ctx, "allgather", _describe_except(data, axis), f"axis={axis}")
-    start = ctx._begin("allgather")
+    start = ctx._begin("allgather", call)
     if counts is None:
         counts = _exchange_rows(ctx, data, "allgather", axis, start)
     shape = data.shape
@@ -381,7 +381,7 @@ def gather(x, root=0, axis=0, *, ctx):
     data, axis = _rows_first(call, axis, "gather")
     if ctx.check:
         agree(ctx, "gather", _describe_except(data, axis), f"axis={axis}", f"root={root}")
-    start = ctx._begin("gather")
+    start = ctx._begin("gather", call, root)
     counts = _exchange_rows(ctx, data, "gather", axis, start)
     row_size = math.prod(data.shape[1:])
     is_root = ctx.rank == root
@@ -428,7 +428,7 @@ def scatter(x, root=0, axis=0, counts=None, *, ctx):
             if ctx.size > 1:
                 ctx._private_comm.bcast(("error", type(error).__name__, str(error)), root=root)
             raise
-    start = ctx._begin("scatter")
+    start = ctx._begin("scatter", None, root)
     header = ctx._private_comm.bcast(plan[1:] if is_root else None, root=root) if ctx.size > 1 \
         else plan[1:]
     if header[0] == "error":
@@ -502,7 +502,7 @@ def alltoall(x, counts=None, *, ctx):
         error, counts = exc, [0] * ctx.size
     if ctx.check:
         agree(ctx, "alltoall", _describe_except(data, 0))
-    start = ctx._begin("alltoall")
+    start = ctx._begin("alltoall", call)
     row_size = math.prod(data.shape[1:])
     if ctx.size == 1:
         received = list(counts)

@@ -118,7 +118,7 @@ def send(x, dest, tag=0, *, shape_known=False, ctx):
     tag = _check_tag(tag, "send")
     if shape_known and not ctx.check:
         call = resolve(x, ctx, "send", slot=None, array_fix=_SEND_FIX)
-        start = ctx._begin("send")
+        start = ctx._begin("send", call, dest)
         try:
             ctx.comm.Send(call.spec, dest, tag)
         finally:
@@ -137,7 +137,7 @@ def send(x, dest, tag=0, *, shape_known=False, ctx):
             packets.send_view[_HEADER_BYTES:length] = memoryview(data).cast("B")
         else:  # a 16-bit float: through NumPy
             packets.send[_HEADER_BYTES:length] = data.reshape(-1).view(np.uint8)
-    start = ctx._begin("send")
+    start = ctx._begin("send", call, dest)
     try:
         ctx.comm.Send(packets.send_view[:length], dest, tag)
         if not inline:
@@ -254,14 +254,14 @@ def recv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, shape_known=False, ctx):
     source, tag = _matching(source, tag, ctx, "recv")
     if shape_known and not ctx.check:
         call = resolve(out, ctx, "recv", incoming=True, array_fix=_RECEIVE_FIX)
-        start = ctx._begin("recv")
+        start = ctx._begin("recv", call, source)
         try:
             ctx.comm.Recv(call.spec, source, tag)
         finally:
             ctx._end("recv", start, 0, call.data.nbytes)
         return out if call.target is None else call.hand_back()
     packets = ctx._p2p_packets or _packets_of(ctx)
-    start = ctx._begin("recv")
+    start = ctx._begin("recv", None, source)
     nbytes = 0
     try:
         # the first message is at most _FIRST_BYTES: received straight into the packet

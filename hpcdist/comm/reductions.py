@@ -73,7 +73,7 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx):
         result, in_place = call.output_for(x, out, "allreduce")
     if ctx.check:
         agree(ctx, "allreduce", call.describe(), f"op={op}", f"algorithm={algorithm}")
-    start = ctx._begin("allreduce")
+    start = ctx._begin("allreduce", call)
     size = ctx.size
     if size == 1:
         if not in_place:
@@ -126,7 +126,7 @@ def reduce(x, op="sum", *, root=0, ctx):
     result = call.new_output(data.shape) if is_root else None
     if ctx.check:
         agree(ctx, "reduce", call.describe(), f"op={op}", f"root={root}")
-    start = ctx._begin("reduce")
+    start = ctx._begin("reduce", call, root)
     if ctx.size == 1:
         call.copy_into(result, data)
     else:
@@ -167,7 +167,7 @@ def reduce_scatter(x, op="sum", counts=None, *, ctx):
     result = call.new_output((counts[ctx.rank],) + data.shape[1:])
     if ctx.check:
         agree(ctx, "reduce_scatter", call.describe(), f"op={op}", f"counts={counts}")
-    start = ctx._begin("reduce_scatter")
+    start = ctx._begin("reduce_scatter", call)
     if ctx.size == 1:
         call.copy_into(result, data)
     else:

@@ -1,10 +1,12 @@
 """The stall watchdog: a collective that never completes ends the job with a diagnosis.
 
 Each rank runs one daemon thread. It answers status queries from other ranks
-on a private communicator, and when its own rank has been inside one
-collective for longer than ``HPCDIST_STALL_TIMEOUT`` seconds it asks every
-rank where it is, prints which ranks have not arrived and what they are doing
-instead, and aborts the job.
+on a private communicator. When its own rank has been inside one collective
+for a fifth of ``HPCDIST_STALL_TIMEOUT`` seconds, it asks every rank where it
+is and the lowest waiting rank prints each rank's pending call with its
+signature (operation, dtype, shape, root), as Horovod's stall inspector does;
+at the timeout it prints that again, with the ranks that have not arrived,
+and aborts the job.
 """
 
 import os
@@ -26,6 +28,7 @@ __all__ = ["Watchdog", "stall_timeout_from_env", "running_watchdog", "start_watc
 _QUERY, _REPLY = 1, 2
 _POLL_SECONDS = 0.25
 _REPLY_GRACE_SECONDS = 5.0
+_EARLY_FRACTION = 0.2  # each rank's pending call is printed once at this share of the timeout
 _RUNNING = []  # the process's watchdog, while one runs
 
 
@@ -91,23 +94,35 @@ class Watchdog:
         self._thread.join()
 
     def _status(self):
-        """(operation, call number, seconds inside, communicator size) or None when idle."""
+        """(operation, call number, seconds inside, communicator size, signature), or None
+        when idle; the signature (e.g. ``allreduce float32[1024]``) is derived here, only
+        when a stall is being reported."""
         now = time.perf_counter()
         for ctx in list(self._contexts):
             name, since = ctx._inflight_name, ctx._inflight_since
             if name is not None:
-                return name, ctx._calls + 1, now - since, ctx.size
+                try:
+                    signature = ctx._inflight_signature()
+                except Exception:  # the call moved on while we read it: the name will do
+                    signature = None
+                return name, ctx._calls + 1, now - since, ctx.size, signature
         return None
 
     def _run(self):
         self._query = np.zeros(1, dtype=np.int64)
         self._request = self.comm.Irecv(self._query, source=MPI.ANY_SOURCE, tag=_QUERY)
+        warned = None  # the (operation, call number) already reported early
         try:
             while not self._stop.wait(_POLL_SECONDS):
                 self._answer_queries()
                 current = self._status()
-                if current is not None and current[2] > self.timeout:
+                if current is None:
+                    continue
+                if current[2] > self.timeout:
                     self._diagnose_and_abort(current)
+                elif current[2] > self.timeout * _EARLY_FRACTION and current[:2] != warned:
+                    warned = current[:2]
+                    self._report_early(current)
         finally:
             if self._request != MPI.REQUEST_NULL:
                 self._request.Cancel()
@@ -119,8 +134,8 @@ class Watchdog:
             self.comm.send(self._status(), dest=status.Get_source(), tag=_REPLY)
             self._request = self.comm.Irecv(self._query, source=MPI.ANY_SOURCE, tag=_QUERY)
 
-    def _diagnose_and_abort(self, current):
-        name, call, seconds, _ = current
+    def _survey(self):
+        """Every other rank's :meth:`_status` (rank -> status; missing: no answer in time)."""
         rank, size = self.comm.Get_rank(), self.comm.Get_size()
         others = [r for r in range(size) if r != rank]
         for other in others:  # the question buffer lives as long as the watchdog
@@ -135,30 +150,62 @@ class Watchdog:
             else:
                 self._answer_queries()  # another stalled rank may be asking us
                 time.sleep(0.01)
+        return replies
+
+    def _rank_lines(self, current, replies):
+        """Who waits in ``current``'s operation, who does what instead, who is silent."""
+        name = current[0]
+        rank, size = self.comm.Get_rank(), self.comm.Get_size()
         waiting, elsewhere, silent = [rank], [], []
-        for other in others:
+        for other in range(size):
+            if other == rank:
+                continue
             if other not in replies:
                 silent.append(other)
             elif replies[other] is not None and replies[other][0] == name:
                 waiting.append(other)
             else:
                 elsewhere.append(other)
-        lines = [f"hpcdist: stall on rank {rank} ({socket.gethostname()}): {name} (call #{call}) "
-                 f"has not completed after {seconds:.1f} s "
-                 f"(HPCDIST_STALL_TIMEOUT={self.timeout:g})."]
+        lines = []
         missing = elsewhere + silent
         if missing:
             lines.append(f"  Ranks that have not arrived in {name}: {format_ranks(missing)}")
-        for other in elsewhere:
-            state = replies[other]
+        statuses = {**replies, rank: current}
+        for other in range(size):
+            if other in silent:
+                lines.append(f"    rank {other}: did not answer within "
+                             f"{_REPLY_GRACE_SECONDS:g} s (hung with the interpreter lock "
+                             f"held, or dead)")
+                continue
+            state = statuses[other]
             doing = ("not in any collective (computing, sleeping or blocked outside hpcdist)"
-                     if state is None
-                     else f"inside {state[0]} (call #{state[1]}) for {state[2]:.1f} s")
+                     if state is None else
+                     f"inside {state[4] or state[0]} (call #{state[1]}) for {state[2]:.1f} s")
             lines.append(f"    rank {other}: {doing}")
-        for other in silent:
-            lines.append(f"    rank {other}: did not answer within {_REPLY_GRACE_SECONDS:g} s "
-                         f"(hung with the interpreter lock held, or dead)")
-        lines.append(f"  Ranks waiting in {name}: {format_ranks(sorted(waiting))}. "
-                     f"Aborting the job.")
+        return sorted(waiting), lines
+
+    def _report_early(self, current):
+        """At a fifth of the timeout: each rank's pending call, printed once, by the
+        lowest rank inside any call (every stalled rank surveys; the others stay quiet)."""
+        replies = self._survey()
+        waiting, lines = self._rank_lines(current, replies)
+        rank = self.comm.Get_rank()
+        if any(other < rank and state is not None for other, state in replies.items()):
+            return
+        name, call, seconds, _, signature = current
+        header = (f"hpcdist: possible stall: {signature or name} (call #{call}) has waited "
+                  f"{seconds:.1f} s on {format_ranks(waiting)} ({socket.gethostname()}); the "
+                  f"job is aborted at HPCDIST_STALL_TIMEOUT={self.timeout:g} s. Pending calls:")
+        print("\n".join([header] + lines), file=sys.stderr, flush=True)
+
+    def _diagnose_and_abort(self, current):
+        name, call, seconds, _, signature = current
+        replies = self._survey()
+        waiting, lines = self._rank_lines(current, replies)
+        rank = self.comm.Get_rank()
+        lines.insert(0, f"hpcdist: stall on rank {rank} ({socket.gethostname()}): "
+                        f"{signature or name} (call #{call}) has not completed after "
+                        f"{seconds:.1f} s (HPCDIST_STALL_TIMEOUT={self.timeout:g}).")
+        lines.append(f"  Ranks waiting in {name}: {format_ranks(waiting)}. Aborting the job.")
         abort_job("\n".join(lines), errorcode=1)
         sys.exit(1)  # not reached: Abort ends the process

@@ -237,3 +237,23 @@ def test_ranks_per_node_layout(ctx, k):
     # the default context is not affected by the override
     with all_ranks("default layout unchanged"):
         assert ctx.num_nodes == 1 and ctx.local_size == ctx.size
+
+
+def test_pending_call_signature_for_the_watchdog(ctx):
+    """What the stall watchdog prints of a pending call: operation, dtype, shape, root
+    (or the peer of a send or receive), derived only when asked."""
+    from hpcdist.comm.calls import resolve
+    assert ctx._inflight_signature() is None
+    start = ctx._begin("allreduce", resolve(np.zeros((2, 3), np.float32), ctx, "allreduce"))
+    assert ctx._inflight_signature() == "allreduce float32[2,3]"
+    ctx._end("allreduce", start, 0, 0)
+    assert ctx._inflight_signature() is None
+    start = ctx._begin("broadcast", np.zeros(4, np.int64), 0)  # a receiver's array
+    assert ctx._inflight_signature() == "broadcast int64[4] root=0"
+    ctx._end("broadcast", start, 0, 0)
+    start = ctx._begin("recv", None, MPI.ANY_SOURCE)
+    assert ctx._inflight_signature() == "recv source=any"
+    ctx._end("recv", start, 0, 0)
+    start = ctx._begin("send", resolve(1.5, ctx, "send"), 0)
+    assert ctx._inflight_signature() == "send float64[] dest=0"
+    ctx._end("send", start, 0, 0)

@@ -54,6 +54,38 @@ def test_stall_watchdog_aborts_and_names_missing_rank(tmp_path):
     assert any("1" in line for line in lines), f"rank 1 not named:\n{output}"
 
 
+_STALL_SIGNATURES = """
+import time
+import numpy as np
+import hpcdist
+ctx = hpcdist.init()
+hpcdist.barrier()
+if ctx.rank == 1:
+    time.sleep(60)
+elif ctx.rank == 2:
+    hpcdist.broadcast(np.zeros((2, 3), dtype=np.float32), root=1)
+hpcdist.allreduce(np.ones(4), "sum")
+"""
+
+
+def test_stall_reported_early_with_each_ranks_signature(tmp_path):
+    """At a fifth of the timeout one rank prints every rank's pending call with its
+    signature; at the timeout the abort repeats it."""
+    rc, elapsed, output = run_mpi_script(_STALL_SIGNATURES, tmp_path, n=3, timeout=90,
+                                         HPCDIST_STALL_TIMEOUT=8)
+    assert rc != 0 and elapsed < JOB_LIMIT_S + 8, output
+    assert output.count("possible stall") == 1, output  # once, from rank 0
+    assert "possible stall: allreduce float64[4]" in output, output
+    early = output[output.index("possible stall"):output.index("stall on rank")]
+    assert "has waited" in early and "HPCDIST_STALL_TIMEOUT=8" in early, output
+    assert "rank 0: inside allreduce float64[4]" in early, output
+    assert "rank 1: not in any collective" in early, output
+    assert "rank 2: inside broadcast float32[2,3] root=1" in early, output
+    abort = output[output.index("stall on rank"):]
+    assert "Ranks that have not arrived in allreduce: ranks 1-2" in abort, output
+    assert "rank 2: inside broadcast float32[2,3] root=1" in abort, output
+
+
 @pytest.mark.parametrize("timeout_env,sleep", [("0", 4), ("20", 2)])
 def test_stall_watchdog_does_not_fire_early_or_when_off(tmp_path, timeout_env, sleep):
     rc, elapsed, output = run_mpi_script(_STALL.format(sleep=sleep), tmp_path, n=2,

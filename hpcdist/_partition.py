@@ -19,6 +19,16 @@ def balanced_counts(total, parts):
     return [base + 1 if index < extra else base for index in range(parts)]
 
 
+def _is_whole_number(value):
+    """Whether ``value`` is an integer (Python or NumPy; not a bool) or a float with no
+    fractional part."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    if isinstance(value, (int, np.integer)):
+        return True
+    return isinstance(value, (float, np.floating)) and float(value).is_integer()
+
+
 def validate_counts(counts, parts, total, name):
     """Check user-given block sizes; return them as a list of int.
 
@@ -38,11 +48,17 @@ def validate_counts(counts, parts, total, name):
         When there are not ``parts`` non-negative integers summing to ``total``.
     """
     try:
-        counts = [int(c) for c in counts]
-    except (TypeError, ValueError):
+        values = list(counts)
+    except TypeError:
         raise ValueError(f"{name}: counts={counts!r} should be a sequence of {parts} "
-                         f"integers") from None
-    if len(counts) != parts or min(counts) < 0:
+                         f"non-negative integers (one per rank)") from None
+    wrong = [c for c in values if not _is_whole_number(c)]
+    if wrong:
+        raise ValueError(f"{name}: counts={values!r} holds {wrong[0]!r}, not an integer; "
+                         f"pass {parts} non-negative integers (one per rank; counts are "
+                         f"never rounded)")
+    counts = [int(c) for c in values]
+    if len(counts) != parts or min(counts, default=0) < 0:
         raise ValueError(f"{name}: counts={counts} should be {parts} non-negative integers "
                          f"(one per rank)")
     if total is not None and sum(counts) != total:

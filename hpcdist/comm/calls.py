@@ -17,7 +17,7 @@ from .devices import backend_of
 from .dtypes import PREDEFINED_DATATYPES, check_dtype, mpi_datatype
 from .headers import SCALAR_TYPES
 
-__all__ = ["Call", "resolve", "resolve_receiver", "describe", "spec_of",
+__all__ = ["Call", "resolve", "resolve_receiver", "refuse_read_only", "describe", "spec_of",
            "HOST", "PY_SCALAR", "NP_SCALAR", "DEVICE_DIRECT", "DEVICE_STAGED"]
 
 #: kinds of object a caller passes
@@ -120,13 +120,17 @@ class Call:
         if out is None:
             return (np.empty(data.shape, data.dtype) if plain else self.new_output(data.shape),
                     False)
-        if plain and out is x:
+        if plain and out is x and x.flags.writeable:
             return x, True
         if plain and type(out) is np.ndarray and out.dtype is data.dtype \
-                and out.shape == data.shape and out.flags.c_contiguous:
+                and out.shape == data.shape and (flags := out.flags).c_contiguous \
+                and flags.writeable:
             return out, False
         if self.kind == PY_SCALAR or self.kind == NP_SCALAR:
             raise TypeError(f"{name}: out= cannot be used with a scalar input; pass an array")
+        if not (hasattr(out, "shape") and hasattr(out, "dtype")):
+            raise TypeError(f"{name}: out must be an array like the input, got "
+                            f"{type(out).__name__}")
         if tuple(out.shape) != data.shape or np.dtype(out.dtype) != data.dtype:
             raise ValueError(f"{name}: out is {describe(out)} but the result is "
                              f"{describe(data)}; pass an out of the same shape and dtype")
@@ -134,6 +138,9 @@ class Call:
             if not isinstance(out, np.ndarray):
                 raise TypeError(f"{name}: out must be a NumPy array like the input, got "
                                 f"{type(out).__name__}")
+            if not out.flags.writeable:
+                raise ValueError(f"{name}: out is a read-only {describe(out)}; pass a "
+                                 f"writable array of the result's shape and dtype")
             if not out.flags.c_contiguous:
                 return np.empty_like(data), False  # deliver copies the result into out
             return out, out is x
@@ -242,11 +249,14 @@ def resolve(x, ctx, name, slot="send", incoming=False, array_fix=None):
     """
     if type(x) is np.ndarray:
         datatype = _PLAIN.get(x.dtype)
-        if datatype is not None and x.flags.c_contiguous:
+        flags = x.flags
+        if datatype is not None and flags.c_contiguous and (not incoming or flags.writeable):
             # the common case, kept short: a plain host array
             call = _new(Call)
             call.data, call.spec = x, (x, datatype)
             return call
+    if incoming:
+        refuse_read_only(x, ctx, name)
     if array_fix is not None and not (hasattr(x, "shape") and hasattr(x, "dtype")
                                       and not isinstance(x, np.generic)):
         passed = "None" if x is None else "a scalar" if isinstance(x, (
@@ -297,6 +307,13 @@ def _device_call(x, backend, ctx, name, slot, incoming):
         call = _host_call(host, DEVICE_STAGED, ctx)
     call.backend = backend
     return call
+
+
+def refuse_read_only(x, ctx, name):
+    """Raise ``ValueError`` naming ``x`` when it is a read-only NumPy array to receive into."""
+    if isinstance(x, np.ndarray) and not x.flags.writeable:
+        raise ValueError(f"{name}: rank {ctx.rank} passed a read-only {describe(x)} to "
+                         f"receive into; pass a writable array")
 
 
 def resolve_receiver(x, shape, dtype, ctx, name, peer, kind=HOST, scalar_type=None):

@@ -329,10 +329,7 @@ def allgather(x, axis=0, *, counts=None, ctx):
     rows = data.shape[0]
     if counts is not None and not (type(counts) is list and len(counts) == ctx.size
                                    and counts.count(rows) == ctx.size):
-        counts = validate_counts(counts, ctx.size, None, "allgather")
-        if counts[ctx.rank] != rows:
-            raise ValueError(f"allgather: counts[{ctx.rank}]={counts[ctx.rank]} but rank "
-                             f"{ctx.rank} passed {rows} along axis={axis}")
+        counts = gather_counts(counts, rows, axis, ctx, "allgather")
     if ctx.check:
         agree(ctx, "allgather", _describe_except(data, axis), f"axis={axis}")
     start = ctx._begin("allgather", call)
@@ -352,6 +349,16 @@ def allgather(x, axis=0, *, counts=None, ctx):
     if axis != 0:
         result = _from_rows(result, axis)
     return result if plain else call.deliver(result)
+
+
+def gather_counts(counts, rows, axis, ctx, name):
+    """A gather's ``counts`` (every rank's size along ``axis``) checked on this rank: whole
+    non-negative numbers, one per rank, this rank's equal to its ``rows``."""
+    counts = validate_counts(counts, ctx.size, None, name)
+    if counts[ctx.rank] != rows:
+        raise ValueError(f"{name}: counts[{ctx.rank}]={counts[ctx.rank]} but rank "
+                         f"{ctx.rank} passed {rows} along axis={axis}")
+    return counts
 
 
 def _describe_except(data, axis):

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..exceptions import CollectiveMismatchError
-from .calls import describe, resolve, resolve_receiver
+from .calls import describe, refuse_read_only, resolve, resolve_receiver
 from .dtypes import PREDEFINED_DATATYPES
 from .headers import HEADER_BYTES, OK, pack_header, unpack_header
 from .mpi import MPI
@@ -260,6 +260,8 @@ def recv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, shape_known=False, ctx):
         finally:
             ctx._end("recv", start, 0, call.data.nbytes)
         return out if call.target is None else call.hand_back()
+    if out is not None:  # before the message is taken: after it, it would be lost
+        refuse_read_only(out, ctx, "recv")
     packets = ctx._p2p_packets or _packets_of(ctx)
     start = ctx._begin("recv", None, source)
     nbytes = 0
@@ -322,4 +324,6 @@ def irecv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, shape_known=False, ctx):
         return Request(ctx, "irecv", [ctx.comm.Irecv(call.spec, source, tag)],
                        lambda: out if call.target is None else call.hand_back(),
                        (0, call.data.nbytes))
+    if out is not None:  # before the message is taken: after it, it would be lost
+        refuse_read_only(out, ctx, "irecv")
     return _ReceiveRequest(ctx, source, tag, out, shape_known)

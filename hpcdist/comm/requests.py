@@ -15,6 +15,7 @@ from .movement import (
     _rows_first,
     _vector_spec,
     broadcast,
+    gather_counts,
 )
 from .mpi import MPI
 from .ops import reduction_of
@@ -222,12 +223,13 @@ def iallgather(x, axis=0, *, counts=None, ctx):
     """
     call = resolve(x, ctx, "iallgather", slot=None)
     data, axis = _rows_first(call, axis, "iallgather")
+    if counts is not None:
+        counts = gather_counts(counts, data.shape[0], axis, ctx, "iallgather")
     if ctx.check:
         agree(ctx, "iallgather", _describe_except(data, axis), f"axis={axis}")
     if counts is None:
         counts = _exchange_rows(ctx, data, "iallgather", axis, ctx._begin("iallgather"))
         ctx._inflight_name = None  # only the size exchange blocked; wait() times the rest
-    counts = [int(c) for c in counts]
     result = call.new_output((sum(counts),) + data.shape[1:], slot=None)
     if ctx.size == 1:
         call.copy_into(result, data)

@@ -224,6 +224,45 @@ def test_allreduce_out_checks_hold_after_the_fast_path_is_warm(ctx):
         check_array(fortran, expected)
 
 
+@pytest.mark.parametrize("form", ["blocking", "nonblocking"])
+def test_allreduce_out_must_be_a_writable_array(ctx, form):
+    """A bad ``out`` raises on the calling rank before any communication, naming out."""
+    def reduce(x, out):
+        if form == "blocking":
+            return hpcdist.allreduce(x, "sum", out=out)
+        return hpcdist.iallreduce(x, "sum", out=out).wait()
+
+    x = np.ones(4)
+    read_only = np.empty(4)
+    read_only.flags.writeable = False
+    expect_error(ValueError, reduce, x, read_only, match=r"out is a read-only float64\[4\]")
+    expect_error(TypeError, reduce, x, [0.0] * 4, match=r"out must be an array.*list")
+    x.flags.writeable = False  # in place into a read-only array
+    expect_error(ValueError, reduce, x, x, match="read-only")
+    with all_ranks():  # and the ranks are still in step
+        check_array(hpcdist.allreduce(np.ones(2), "sum"), np.full(2, float(ctx.size)))
+
+
+@pytest.mark.parametrize("shape_known", [False, True])
+def test_receiving_into_a_read_only_array_raises(ctx, shape_known):
+    """A receiver's read-only array is refused before the receive; the message waits."""
+    if ctx.size < 2:
+        pytest.skip("needs a sender and a receiver")
+    read_only = np.zeros(3)
+    read_only.flags.writeable = False
+    raised = None
+    if ctx.rank == 0:
+        hpcdist.send(np.arange(3.0), 1, tag=7, shape_known=shape_known)
+    elif ctx.rank == 1:
+        with pytest.raises(ValueError, match="read-only float64\\[3\\] to receive into") as info:
+            hpcdist.recv(0, 7, out=read_only, shape_known=shape_known)
+        raised = str(info.value)
+        received = hpcdist.recv(0, 7, out=np.zeros(3), shape_known=shape_known)
+        np.testing.assert_array_equal(received, np.arange(3.0))
+    hpcdist.barrier()
+    assert ctx.rank != 1 or "rank 1 passed" in raised
+
+
 @pytest.mark.parametrize("op", ["sum", "max"])
 def test_allreduce_in_place(ctx, op):
     inputs = _inputs(ctx.size, (9,), np.int64, seed=6, op=op)

@@ -223,6 +223,19 @@ def test_allgather_with_counts(ctx, axis):
         check_array(out, np.concatenate(pieces, axis=axis))
 
 
+@pytest.mark.parametrize("form", ["blocking", "nonblocking"])
+def test_allgather_bad_counts(ctx, form):
+    def gather(x, counts):
+        if form == "blocking":
+            return hpcdist.allgather(x, counts=counts)
+        return hpcdist.iallgather(x, counts=counts).wait()
+
+    x = np.zeros(2)
+    expect_error(ValueError, gather, x, counts=[2.5] * ctx.size,
+                 match=r"holds 2\.5, not an integer")
+    expect_error(ValueError, gather, x, counts=[3] * ctx.size, match=r"counts\[\d\]=3")
+
+
 def test_allgather_non_contiguous(ctx):
     bases = [make_input(r, (6, 4 + r), np.float64, seed=62) for r in range(ctx.size)]
     views = [b[::2].T for b in bases]  # (4 + r, 3), non-contiguous
@@ -326,7 +339,7 @@ def test_scatter_non_contiguous_root(ctx):
 
 
 @pytest.mark.parametrize("problem", ["sum_too_small", "sum_too_large", "too_short",
-                                     "too_long", "negative"])
+                                     "too_long", "negative", "fractional", "not_a_number"])
 @pytest.mark.parametrize("root", ["first", "last"])
 def test_scatter_bad_counts_raise_everywhere(ctx, problem, root):
     size = ctx.size
@@ -339,6 +352,10 @@ def test_scatter_bad_counts_raise_everywhere(ctx, problem, root):
         "too_short": good[:-1],
         "too_long": good + [0],
         "negative": [n + 1, -1] + [0] * (size - 2),
+        # the same sum as good, one count fractional: never truncated
+        "fractional": [good[0] + 0.5] + good[1:-1] + [good[-1] - 0.5] if size > 1
+        else [n - 0.5],
+        "not_a_number": ["three"] + good[1:],
     }[problem]
     full = np.zeros((n, 2))
     is_root = ctx.rank == root
@@ -413,6 +430,17 @@ def test_reduce_scatter_bad_counts(ctx):
     n = 2 * ctx.size
     expect_error(ValueError, hpcdist.reduce_scatter, np.ones(n), "sum",
                  counts=[1] * ctx.size)
+    fractional = [2.5] + [2] * (ctx.size - 2) + [1.5] if ctx.size > 1 else [1.5]
+    expect_error(ValueError, hpcdist.reduce_scatter, np.ones(n), "sum", counts=fractional,
+                 match=r"holds (2\.5|1\.5), not an integer")
+
+
+def test_whole_number_counts_of_any_type_are_accepted(ctx):
+    size = ctx.size
+    counts = [np.int32(2)] * (size - 1) + [2.0]  # NumPy integers and integral floats
+    out = hpcdist.reduce_scatter(np.ones(2 * size), "sum", counts=counts)
+    with all_ranks():
+        check_array(out, np.full(2, float(size)))
 
 
 # ------------------------------------------------------------------- alltoall
@@ -477,3 +505,6 @@ def test_alltoall_non_contiguous(ctx):
 def test_alltoall_bad_counts(ctx):
     x = np.zeros(2 * ctx.size)
     expect_error(ValueError, hpcdist.alltoall, x, counts=[1] * (ctx.size + 1))
+    fractional = [1.5, 2.5] + [2] * (ctx.size - 2) if ctx.size > 1 else [1.5]
+    expect_error(ValueError, hpcdist.alltoall, x, counts=fractional,
+                 match=r"holds 1\.5, not an integer")

@@ -327,8 +327,10 @@ def allgather(x, axis=0, *, counts=None, ctx):
     if axis != 0 or not data.ndim:
         data, axis = _rows_first(call, axis, "allgather")
     rows = data.shape[0]
-    if counts is not None and not (type(counts) is list and len(counts) == ctx.size
-                                   and counts.count(rows) == ctx.size):
+    # every count equal to this rank's rows (the common case: an equal split) needs no more
+    equal = (counts is not None and type(counts) is list and len(counts) == ctx.size
+             and counts.count(rows) == ctx.size)
+    if counts is not None and not equal:
         counts = gather_counts(counts, rows, axis, ctx, "allgather")
     if ctx.check:
         agree(ctx, "allgather", _describe_except(data, axis), f"axis={axis}")
@@ -337,11 +339,11 @@ def allgather(x, axis=0, *, counts=None, ctx):
         counts = _exchange_rows(ctx, data, "allgather", axis, start)
     shape = data.shape
     plain = call.kind == HOST
-    total = (sum(counts),) + shape[1:]
+    total = (rows * ctx.size if equal else sum(counts),) + shape[1:]
     result = np.empty(total, data.dtype) if plain else call.new_output(total)
     if ctx.size == 1:
         call.copy_into(result, data)
-    elif counts.count(rows) == len(counts):
+    elif equal or counts.count(rows) == len(counts):
         ctx.comm.Allgather(call.spec, call.spec_of(result))
     else:
         ctx.comm.Allgatherv(call.spec, _vector_spec(result, counts, math.prod(shape[1:])))

@@ -13,12 +13,15 @@ import numbers
 
 import numpy as np
 
+from .._partition import validate_counts
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from .devices import backend_of
 from .dtypes import PREDEFINED_DATATYPES, check_dtype, mpi_datatype
 from .headers import SCALAR_TYPES
 
-__all__ = ["Call", "resolve", "resolve_receiver", "refuse_read_only", "describe", "spec_of",
-           "HOST", "PY_SCALAR", "NP_SCALAR", "DEVICE_DIRECT", "DEVICE_STAGED"]
+__all__ = ["Call", "resolve", "resolve_receiver", "refuse_read_only", "checked_counts",
+           "describe", "spec_of", "HOST", "PY_SCALAR", "NP_SCALAR", "DEVICE_DIRECT",
+           "DEVICE_STAGED"]
 
 #: kinds of object a caller passes
 HOST, PY_SCALAR, NP_SCALAR, DEVICE_DIRECT, DEVICE_STAGED = range(5)
@@ -127,20 +130,22 @@ class Call:
                 and flags.writeable:
             return out, False
         if self.kind == PY_SCALAR or self.kind == NP_SCALAR:
-            raise TypeError(f"{name}: out= cannot be used with a scalar input; pass an array")
+            raise InvalidArgumentTypeError(
+                f"{name}: out= cannot be used with a scalar input; pass an array")
         if not (hasattr(out, "shape") and hasattr(out, "dtype")):
-            raise TypeError(f"{name}: out must be an array like the input, got "
-                            f"{type(out).__name__}")
+            raise InvalidArgumentTypeError(f"{name}: out must be an array like the input, got "
+                                           f"{type(out).__name__}")
         if tuple(out.shape) != data.shape or np.dtype(out.dtype) != data.dtype:
-            raise ValueError(f"{name}: out is {describe(out)} but the result is "
-                             f"{describe(data)}; pass an out of the same shape and dtype")
+            raise InvalidArgumentError(f"{name}: out is {describe(out)} but the result is "
+                                       f"{describe(data)}; pass an out of the same shape and dtype")
         if plain:
             if not isinstance(out, np.ndarray):
-                raise TypeError(f"{name}: out must be a NumPy array like the input, got "
-                                f"{type(out).__name__}")
+                raise InvalidArgumentTypeError(
+                    f"{name}: out must be a NumPy array like the input, got "
+                    f"{type(out).__name__}")
             if not out.flags.writeable:
-                raise ValueError(f"{name}: out is a read-only {describe(out)}; pass a "
-                                 f"writable array of the result's shape and dtype")
+                raise InvalidArgumentError(f"{name}: out is a read-only {describe(out)}; pass a "
+                                           f"writable array of the result's shape and dtype")
             if not out.flags.c_contiguous:
                 return np.empty_like(data), False  # deliver copies the result into out
             return out, out is x
@@ -261,8 +266,9 @@ def resolve(x, ctx, name, slot="send", incoming=False, array_fix=None):
                                       and not isinstance(x, np.generic)):
         passed = "None" if x is None else "a scalar" if isinstance(x, (
             np.generic, bool, numbers.Number)) else type(x).__name__
-        raise TypeError(f"{name}(shape_known=True): rank {ctx.rank} passed {passed}; "
-                        f"{array_fix}")
+        raise InvalidArgumentTypeError(
+            f"{name}(shape_known=True): rank {ctx.rank} passed {passed}; "
+            f"{array_fix}")
     if isinstance(x, np.ndarray):
         check_dtype(x.dtype)
         if x.flags.c_contiguous:
@@ -277,14 +283,16 @@ def resolve(x, ctx, name, slot="send", incoming=False, array_fix=None):
     if isinstance(x, (bool, numbers.Number)):
         array = np.asarray(x)
         if array.dtype.kind not in "biufc":
-            raise TypeError(f"{name}: cannot communicate {type(x).__name__} {x!r} as an array; "
-                            f"use {name}_object for arbitrary Python objects")
+            raise InvalidArgumentTypeError(
+                f"{name}: cannot communicate {type(x).__name__} {x!r} as an array; "
+                f"use {name}_object for arbitrary Python objects")
         check_dtype(array.dtype)
         return _host_call(array, PY_SCALAR, ctx, scalar_type=type(x))
     backend = backend_of(x)
     if backend is None:
-        raise TypeError(f"{name}: expected a NumPy array, a device array or a number, got "
-                        f"{type(x).__name__}; the *_object collectives take Python objects")
+        raise InvalidArgumentTypeError(
+            f"{name}: expected a NumPy array, a device array or a number, got "
+            f"{type(x).__name__}; the *_object collectives take Python objects")
     return _device_call(x, backend, ctx, name, slot, incoming)
 
 
@@ -312,8 +320,8 @@ def _device_call(x, backend, ctx, name, slot, incoming):
 def refuse_read_only(x, ctx, name):
     """Raise ``ValueError`` naming ``x`` when it is a read-only NumPy array to receive into."""
     if isinstance(x, np.ndarray) and not x.flags.writeable:
-        raise ValueError(f"{name}: rank {ctx.rank} passed a read-only {describe(x)} to "
-                         f"receive into; pass a writable array")
+        raise InvalidArgumentError(f"{name}: rank {ctx.rank} passed a read-only {describe(x)} to "
+                                   f"receive into; pass a writable array")
 
 
 def resolve_receiver(x, shape, dtype, ctx, name, peer, kind=HOST, scalar_type=None):
@@ -345,13 +353,24 @@ def resolve_receiver(x, shape, dtype, ctx, name, peer, kind=HOST, scalar_type=No
     if x is None:
         return _host_call(np.empty(shape, dtype=dtype), kind, ctx, scalar_type)
     if not (hasattr(x, "shape") and hasattr(x, "dtype")):
-        raise TypeError(f"{name}: receivers pass a NumPy array, a device array or None, "
-                        f"got {type(x).__name__}")
+        raise InvalidArgumentTypeError(
+            f"{name}: receivers pass a NumPy array, a device array or None, "
+            f"got {type(x).__name__}")
     if tuple(x.shape) != shape or np.dtype(x.dtype) != dtype:
-        raise ValueError(f"{name}: rank {ctx.rank} passed {describe(x)} but rank {peer} "
-                         f"sends {dtype}[{','.join(map(str, shape))}]; pass an array of the "
-                         f"sender's shape and dtype, or None")
+        raise InvalidArgumentError(
+            f"{name}: rank {ctx.rank} passed {describe(x)} but rank {peer} sends "
+            f"{dtype}[{','.join(map(str, shape))}]; pass an array of the sender's shape and "
+            f"dtype, or None")
     return resolve(x, ctx, name, incoming=True)
+
+
+def checked_counts(counts, parts, total, name):
+    """``counts`` as a list of int, checked by :func:`~hpcdist._partition.validate_counts`
+    (``total=None``: any sum); raises :class:`~hpcdist.InvalidArgumentError` naming them."""
+    try:
+        return validate_counts(counts, parts, total, name)
+    except ValueError as error:
+        raise InvalidArgumentError(str(error)) from None
 
 
 def spec_of(array):

@@ -9,6 +9,7 @@ user-defined operations of :mod:`hpcdist.comm.ops`, never as integers.
 import numpy as np
 from ml_dtypes import bfloat16
 
+from ..exceptions import InvalidArgumentTypeError
 from .mpi import MPI
 
 __all__ = ["mpi_datatype", "SIXTEEN_BIT_FLOATS", "is_sixteen_bit_float", "check_dtype",
@@ -52,7 +53,7 @@ def check_dtype(dtype):
         The dtype to check.
     """
     if dtype not in _CODES:
-        raise TypeError(
+        raise InvalidArgumentTypeError(
             f"dtype {dtype} is not supported by hpcdist collectives; use bool, an integer, "
             f"floating (float16, bfloat16, float32, float64, longdouble) or complex dtype "
             f"(convert with x.astype(...), or use the *_object collectives for Python objects)")

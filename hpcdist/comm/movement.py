@@ -4,19 +4,21 @@ import math
 
 import numpy as np
 
-from .._partition import balanced_counts, offsets_of, validate_counts
+from .._partition import balanced_counts, offsets_of
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from .calls import (
     DEVICE_DIRECT,
     DEVICE_STAGED,
     HOST,
     NP_SCALAR,
     PY_SCALAR,
+    checked_counts,
     describe,
     resolve,
     resolve_receiver,
     spec_of,
 )
-from .checks import agree, format_ranks
+from .checks import agree, format_ranks, shared_error_type
 from .dtypes import PREDEFINED_DATATYPES, dtype_code, dtype_from_code
 from .headers import BAD_INPUT, HEADER_BYTES, MAX_DIMS, NO_INPUT, OK, pack_header, unpack_header
 from .reductions import check_root
@@ -93,8 +95,9 @@ def _root_call(x, ctx, name, root):
     packet = _packet_of(ctx)
     try:
         if x is None:
-            raise ValueError(f"{name}: the root (rank {root}) passed None; the root must pass "
-                             f"the data to send")
+            raise InvalidArgumentError(
+                f"{name}: the root (rank {root}) passed None; the root must pass "
+                f"the data to send")
         call = resolve(x, ctx, name)
         data = call.data
         inline = call.kind != DEVICE_DIRECT and data.nbytes <= _INLINE_BYTES
@@ -142,10 +145,12 @@ def _broadcast_root(x, root, ctx):
 
 def _raise_root_failure(status, root, name):
     if status == NO_INPUT:
-        raise ValueError(f"{name}: the root (rank {root}) passed None; the root must pass "
-                         f"the data to send")
-    raise TypeError(f"{name}: the root (rank {root}) passed data that cannot be sent "
-                    f"(see the error on rank {root})")
+        raise InvalidArgumentError(
+            f"{name}: the root (rank {root}) passed None; the root must pass "
+            f"the data to send")
+    raise InvalidArgumentTypeError(
+        f"{name}: the root (rank {root}) passed data that cannot be sent "
+        f"(see the error on rank {root})")
 
 
 def _broadcast_receive(x, root, ctx):
@@ -194,8 +199,8 @@ def _broadcast_receive(x, root, ctx):
 # -- gathers -------------------------------------------------------------------------------
 def _normalize_axis(axis, ndim, name):
     if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
-        raise ValueError(f"{name}: axis={axis!r} is out of range for a {ndim}-d array; "
-                         f"use 0..{ndim - 1} (or negative from the end)")
+        raise InvalidArgumentError(f"{name}: axis={axis!r} is out of range for a {ndim}-d array; "
+                                   f"use 0..{ndim - 1} (or negative from the end)")
     return int(axis) % ndim
 
 
@@ -227,7 +232,7 @@ def _describe_rows(status, data):
         return words
     shape = data.shape
     if len(shape) > MAX_DIMS:
-        raise ValueError(f"arrays of more than {MAX_DIMS} dimensions are not supported")
+        raise InvalidArgumentError(f"arrays of more than {MAX_DIMS} dimensions are not supported")
     words[1] = shape[0]
     words[2] = dtype_code(data.dtype)
     words[3] = len(shape)
@@ -262,16 +267,17 @@ def _raise_row_mismatch(rows, name, axis):
     """Explain why the ranks' row descriptions ``rows`` (lists of words) do not agree."""
     failed = [rank for rank, words in enumerate(rows) if words[0] != OK]
     if failed:
-        raise ValueError(f"{name}: {format_ranks(failed)} passed invalid input (see the "
-                         f"error there); no data was exchanged")
+        raise InvalidArgumentError(f"{name}: {format_ranks(failed)} passed invalid input (see the "
+                                   f"error there); no data was exchanged")
     shown = []
     for words in rows:
         dims = [str(n) for n in words[4:3 + words[3]]]
         dims.insert(axis, "*")
         shown.append(f"{dtype_from_code(words[2])}[{','.join(dims)}]")
-    raise ValueError(f"{name}: ranks disagree on the dtype or on the dimensions other than "
-                     f"axis={axis}: " + ", ".join(f"rank {r} passed {s}"
-                                                   for r, s in enumerate(shown)))
+    raise InvalidArgumentError(
+        f"{name}: ranks disagree on the dtype or on the dimensions other than "
+        f"axis={axis}: " + ", ".join(f"rank {r} passed {s}"
+        for r, s in enumerate(shown)))
 
 
 def _exchange_rows(ctx, data, name, axis, start):
@@ -356,10 +362,10 @@ def allgather(x, axis=0, *, counts=None, ctx):
 def gather_counts(counts, rows, axis, ctx, name):
     """A gather's ``counts`` (every rank's size along ``axis``) checked on this rank: whole
     non-negative numbers, one per rank, this rank's equal to its ``rows``."""
-    counts = validate_counts(counts, ctx.size, None, name)
+    counts = checked_counts(counts, ctx.size, None, name)
     if counts[ctx.rank] != rows:
-        raise ValueError(f"{name}: counts[{ctx.rank}]={counts[ctx.rank]} but rank "
-                         f"{ctx.rank} passed {rows} along axis={axis}")
+        raise InvalidArgumentError(f"{name}: counts[{ctx.rank}]={counts[ctx.rank]} but rank "
+                                   f"{ctx.rank} passed {rows} along axis={axis}")
     return counts
 
 
@@ -442,7 +448,7 @@ def scatter(x, root=0, axis=0, counts=None, *, ctx):
         else plan[1:]
     if header[0] == "error":
         ctx._end("scatter", start, 0, 0)
-        raise (TypeError if header[1] == "TypeError" else ValueError)(
+        raise shared_error_type(header[1])(
             f"scatter: the root (rank {root}) rejected its input: {header[2]}")
     _, dtype, rest, counts, axis, device = header
     row_size = math.prod(rest)
@@ -466,15 +472,16 @@ def scatter(x, root=0, axis=0, counts=None, *, ctx):
 
 def _scatter_plan(x, axis, counts, ctx):
     if x is None:
-        raise ValueError(f"scatter: the root (rank {ctx.rank}) passed None; the root must pass "
-                         f"the array to split")
+        raise InvalidArgumentError(
+            f"scatter: the root (rank {ctx.rank}) passed None; the root must pass "
+            f"the array to split")
     call = resolve(x, ctx, "scatter")
     if call.data.ndim == 0:
-        raise ValueError("scatter: x must have at least one dimension to split")
+        raise InvalidArgumentError("scatter: x must have at least one dimension to split")
     data, axis = _rows_first(call, axis, "scatter")
     rows = data.shape[0]
     counts = (balanced_counts(rows, ctx.size) if counts is None
-              else validate_counts(counts, ctx.size, rows, "scatter"))
+              else checked_counts(counts, ctx.size, rows, "scatter"))
     return ((call, data), "ok", np.dtype(data.dtype), tuple(data.shape[1:]), counts, axis,
             call.on_device)
 
@@ -499,12 +506,13 @@ def alltoall(x, counts=None, *, ctx):
     call = resolve(x, ctx, "alltoall")
     data = call.data
     if data.ndim == 0:
-        raise ValueError("alltoall: x must have at least one dimension to split along axis 0")
+        raise InvalidArgumentError(
+            "alltoall: x must have at least one dimension to split along axis 0")
     rows = data.shape[0]
     error = None
     try:
         counts = (balanced_counts(rows, ctx.size) if counts is None
-                  else validate_counts(counts, ctx.size, rows, "alltoall"))
+                  else checked_counts(counts, ctx.size, rows, "alltoall"))
     except ValueError as exc:
         if ctx.size == 1:
             raise

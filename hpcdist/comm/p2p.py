@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ..exceptions import CollectiveMismatchError
+from ..exceptions import CollectiveMismatchError, InvalidArgumentError, InvalidArgumentTypeError
 from .calls import describe, refuse_read_only, resolve, resolve_receiver
 from .dtypes import PREDEFINED_DATATYPES
 from .headers import HEADER_BYTES, OK, pack_header, unpack_header
@@ -70,14 +70,14 @@ def _packets_of(ctx):
 def _check_peer(peer, ctx, name, argument):
     if isinstance(peer, (int, np.integer)) and 0 <= peer < ctx.size:
         return int(peer)
-    raise ValueError(f"{name}: {argument}={peer!r} is not a rank of this context; "
-                     f"use 0..{ctx.size - 1}")
+    raise InvalidArgumentError(f"{name}: {argument}={peer!r} is not a rank of this context; "
+                               f"use 0..{ctx.size - 1}")
 
 
 def _check_tag(tag, name):
     if isinstance(tag, (int, np.integer)) and 0 <= tag <= 32767:
         return int(tag)
-    raise ValueError(f"{name}: tag={tag!r} should be an integer in 0..32767")
+    raise InvalidArgumentError(f"{name}: tag={tag!r} should be an integer in 0..32767")
 
 
 def _outgoing(x, ctx, name):
@@ -211,8 +211,9 @@ def _finish_receive(first, first_view, status, out, ctx, name, shape_known=False
 def _check_promise(out, shape, dtype, ctx, name, source):
     """Check mode: the message matches the ``out`` a ``shape_known=True`` receiver passed."""
     if out is None or not (hasattr(out, "shape") and hasattr(out, "dtype")):
-        raise TypeError(f"{name}(shape_known=True): rank {ctx.rank} passed out={out!r}; "
-                        f"{_RECEIVE_FIX}")
+        raise InvalidArgumentTypeError(
+            f"{name}(shape_known=True): rank {ctx.rank} passed out={out!r}; "
+            f"{_RECEIVE_FIX}")
     if tuple(out.shape) != shape or np.dtype(out.dtype) != dtype:
         raise CollectiveMismatchError(
             f"{name}(shape_known=True): rank {ctx.rank} passed out={describe(out)}, rank "

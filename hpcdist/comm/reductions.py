@@ -4,9 +4,10 @@ import math
 
 import numpy as np
 
-from .._partition import balanced_counts, validate_counts
+from .._partition import balanced_counts
+from ..exceptions import InvalidArgumentError
 from .algorithms import ALGORITHMS
-from .calls import DEVICE_DIRECT, HOST, resolve
+from .calls import DEVICE_DIRECT, HOST, checked_counts, resolve
 from .checks import agree
 from .mpi import MPI
 from .ops import REDUCTIONS, reduction_of
@@ -22,8 +23,8 @@ def check_root(root, ctx, name):
         return root
     if isinstance(root, (int, np.integer)) and 0 <= root < ctx.size:
         return int(root)
-    raise ValueError(f"{name}: root={root!r} is not a rank of this context; "
-                     f"use 0..{ctx.size - 1}")
+    raise InvalidArgumentError(f"{name}: root={root!r} is not a rank of this context; "
+                               f"use 0..{ctx.size - 1}")
 
 
 def _divide_for_mean(result, call, size):
@@ -65,8 +66,8 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx):
     except (KeyError, TypeError):  # not resolved yet: reduction_of checks it and caches it
         op, mpi_operation, mean = reduction_of(op, data.dtype)
     if algorithm != "auto" and algorithm not in ALGORITHMS:
-        raise ValueError(f"allreduce: algorithm={algorithm!r} is unknown; use one of "
-                         f"{', '.join(map(repr, _ALGORITHM_NAMES))}")
+        raise InvalidArgumentError(f"allreduce: algorithm={algorithm!r} is unknown; use one of "
+                                   f"{', '.join(map(repr, _ALGORITHM_NAMES))}")
     if out is None and call.kind == HOST:
         result, in_place = np.empty(data.shape, data.dtype), False
     else:
@@ -158,11 +159,12 @@ def reduce_scatter(x, op="sum", counts=None, *, ctx):
     call = resolve(x, ctx, "reduce_scatter")
     data = call.data
     if data.ndim == 0:
-        raise ValueError("reduce_scatter: x must have at least one dimension to split along axis 0")
+        raise InvalidArgumentError(
+            "reduce_scatter: x must have at least one dimension to split along axis 0")
     op, mpi_operation, mean = reduction_of(op, data.dtype)
     rows = data.shape[0]
     counts = (balanced_counts(rows, ctx.size) if counts is None
-              else validate_counts(counts, ctx.size, rows, "reduce_scatter"))
+              else checked_counts(counts, ctx.size, rows, "reduce_scatter"))
     row_size = math.prod(data.shape[1:])
     result = call.new_output((counts[ctx.rank],) + data.shape[1:])
     if ctx.check:

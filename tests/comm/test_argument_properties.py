@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hpcdist
+from hpcdist import InvalidArgumentError, InvalidArgumentTypeError
 from hpcdist._partition import validate_counts
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -115,3 +116,25 @@ def test_root_must_be_a_rank(solo, root):
         return
     with pytest.raises(ValueError, match=r"broadcast: root=.* is not a rank"):
         hpcdist.broadcast(x, root=root)
+
+
+def test_argument_errors_are_public_hpcdist_errors(solo):
+    """Bad arguments raise the public classes (still ValueError / TypeError)."""
+    x = np.arange(4.0)
+    read_only = np.zeros(4)
+    read_only.flags.writeable = False
+    cases = [
+        (InvalidArgumentError, lambda: hpcdist.scatter(x, counts=[3.5])),
+        (InvalidArgumentError, lambda: hpcdist.allgather(x, counts=[2])),
+        (InvalidArgumentError, lambda: hpcdist.broadcast(x, root=3)),
+        (InvalidArgumentError, lambda: hpcdist.allreduce(x, out=read_only)),
+        (InvalidArgumentError, lambda: hpcdist.allreduce(x, out=np.zeros(3))),
+        (InvalidArgumentError, lambda: hpcdist.send(x, 5)),
+        (InvalidArgumentTypeError, lambda: hpcdist.allreduce(x, out=[0.0] * 4)),
+        (InvalidArgumentTypeError, lambda: hpcdist.allreduce(["a"])),
+        (InvalidArgumentTypeError, lambda: hpcdist.allreduce(np.array(["a"]))),
+        (InvalidArgumentTypeError, lambda: hpcdist.broadcast(None, shape_known=True)),
+    ]
+    for error_type, call in cases:
+        with pytest.raises(error_type):
+            call()

@@ -20,12 +20,11 @@ from .dtypes import PREDEFINED_DATATYPES, check_dtype, mpi_datatype
 from .headers import SCALAR_TYPES
 
 __all__ = ["Call", "resolve", "resolve_receiver", "refuse_read_only", "checked_counts",
-           "describe", "spec_of", "HOST", "PY_SCALAR", "NP_SCALAR", "DEVICE_DIRECT",
-           "DEVICE_STAGED"]
+           "describe", "describe_shape", "spec_of", "HOST", "PY_SCALAR", "NP_SCALAR",
+           "DEVICE_DIRECT", "DEVICE_STAGED"]
 
 #: kinds of object a caller passes
 HOST, PY_SCALAR, NP_SCALAR, DEVICE_DIRECT, DEVICE_STAGED = range(5)
-_SCALAR_KINDS = (PY_SCALAR, NP_SCALAR)
 #: dtype -> MPI datatype for the dtypes Python's buffer protocol describes (filled when
 #: MPI loads); the 16-bit floats travel as raw 2-byte words with a private datatype
 _PLAIN = PREDEFINED_DATATYPES
@@ -57,11 +56,6 @@ class Call:
     kind = HOST
     scalar_type = backend = ctx = target = None
     output_slot = "recv"
-
-    @property
-    def datatype(self):
-        """The MPI datatype of one element."""
-        return self.spec[1]
 
     @property
     def scalar_code(self):
@@ -215,15 +209,8 @@ def _host_call(data, kind, ctx, scalar_type=None):
     call = _new(_FullCall)
     call.data, call.kind, call.ctx = data, kind, ctx
     call.scalar_type, call.backend, call.target, call.output_slot = scalar_type, None, None, "recv"
-    call.spec = _spec(data)
+    call.spec = spec_of(data)
     return call
-
-
-def _spec(data):
-    datatype = _PLAIN.get(data.dtype)
-    if datatype is not None:
-        return (data, datatype)
-    return (data.view(np.uint16), mpi_datatype(data.dtype))  # a 16-bit float
 
 
 def resolve(x, ctx, name, slot="send", incoming=False, array_fix=None):
@@ -359,8 +346,8 @@ def resolve_receiver(x, shape, dtype, ctx, name, peer, kind=HOST, scalar_type=No
     if tuple(x.shape) != shape or np.dtype(x.dtype) != dtype:
         raise InvalidArgumentError(
             f"{name}: rank {ctx.rank} passed {describe(x)} but rank {peer} sends "
-            f"{dtype}[{','.join(map(str, shape))}]; pass an array of the sender's shape and "
-            f"dtype, or None")
+            f"{describe_shape(shape, dtype)}; pass an array of the sender's shape and dtype, "
+            f"or None")
     return resolve(x, ctx, name, incoming=True)
 
 
@@ -375,11 +362,19 @@ def checked_counts(counts, parts, total, name):
 
 def spec_of(array):
     """``array`` (host or device, of a supported dtype) as mpi4py takes it."""
-    return _spec(array)
+    datatype = _PLAIN.get(array.dtype)
+    if datatype is not None:
+        return (array, datatype)
+    return (array.view(np.uint16), mpi_datatype(array.dtype))  # a 16-bit float
 
 
 def describe(array):
     """A short text such as ``float32[1024]`` or ``int64[3,4]`` for messages."""
     if array is None:
         return "None"
-    return f"{np.dtype(array.dtype)}[{','.join(str(n) for n in array.shape)}]"
+    return describe_shape(array.shape, array.dtype)
+
+
+def describe_shape(shape, dtype):
+    """:func:`describe` of an array of ``shape`` and ``dtype`` (e.g. from a header)."""
+    return f"{np.dtype(dtype)}[{','.join(str(n) for n in shape)}]"

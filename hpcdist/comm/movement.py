@@ -344,9 +344,7 @@ def allgather(x, axis=0, *, counts=None, ctx):
     if counts is None:
         counts = _exchange_rows(ctx, data, "allgather", axis, start)
     shape = data.shape
-    plain = call.kind == HOST
-    total = (rows * ctx.size if equal else sum(counts),) + shape[1:]
-    result = np.empty(total, data.dtype) if plain else call.new_output(total)
+    result = call.new_output((rows * ctx.size if equal else sum(counts),) + shape[1:])
     if ctx.size == 1:
         call.copy_into(result, data)
     elif equal or counts.count(rows) == len(counts):
@@ -354,9 +352,7 @@ def allgather(x, axis=0, *, counts=None, ctx):
     else:
         ctx.comm.Allgatherv(call.spec, _vector_spec(result, counts, math.prod(shape[1:])))
     ctx._end("allgather", start, data.nbytes, result.nbytes)
-    if axis != 0:
-        result = _from_rows(result, axis)
-    return result if plain else call.deliver(result)
+    return call.deliver(result if axis == 0 else _from_rows(result, axis))
 
 
 def gather_counts(counts, rows, axis, ctx, name):

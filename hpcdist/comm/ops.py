@@ -9,7 +9,7 @@ from .mpi import MPI
 from .sixteen_bit_floats import half_sum_into
 
 __all__ = ["ReduceOp", "parse_op", "predefined_op", "mpi_op", "local_reducer", "check_op_for_dtype",
-           "reduction_of", "REDUCTIONS"]
+           "reduction_of"]
 
 
 class ReduceOp(str, enum.Enum):
@@ -125,9 +125,8 @@ def mpi_op(op, dtype):
     return mpi_operation
 
 
-#: op as passed -> dtype -> (op name, MPI operation, whether to divide by the size): the
-#: cache :func:`reduction_of` fills (read it directly on a hot path; a miss calls it)
-REDUCTIONS = {}
+#: op as passed -> dtype -> (op name, MPI operation, whether to divide by the size)
+_REDUCTIONS = {}
 
 
 def reduction_of(op, dtype):
@@ -148,12 +147,12 @@ def reduction_of(op, dtype):
         When ``op`` is not defined for ``dtype``.
     """
     try:
-        return REDUCTIONS[op][dtype]
+        return _REDUCTIONS[op][dtype]
     except (KeyError, TypeError):  # not resolved yet, or an unhashable op
         pass
     name = parse_op(op)
     reduction = (name, mpi_op(name, dtype), name == "mean")
-    REDUCTIONS.setdefault(op, {})[dtype] = reduction
+    _REDUCTIONS.setdefault(op, {})[dtype] = reduction
     return reduction
 
 

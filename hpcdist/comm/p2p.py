@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..exceptions import CollectiveMismatchError, InvalidArgumentError, InvalidArgumentTypeError
-from .calls import describe, refuse_read_only, resolve, resolve_receiver
+from .calls import describe, describe_shape, refuse_read_only, resolve, resolve_receiver
 from .dtypes import PREDEFINED_DATATYPES
 from .headers import HEADER_BYTES, OK, pack_header, unpack_header
 from .mpi import MPI
@@ -217,7 +217,7 @@ def _check_promise(out, shape, dtype, ctx, name, source):
     if tuple(out.shape) != shape or np.dtype(out.dtype) != dtype:
         raise CollectiveMismatchError(
             f"{name}(shape_known=True): rank {ctx.rank} passed out={describe(out)}, rank "
-            f"{source} sent {dtype}[{','.join(map(str, shape))}]")
+            f"{source} sent {describe_shape(shape, dtype)}")
 
 
 def _matching(source, tag, ctx, name):

@@ -7,10 +7,10 @@ import numpy as np
 from .._partition import balanced_counts
 from ..exceptions import InvalidArgumentError
 from .algorithms import ALGORITHMS
-from .calls import DEVICE_DIRECT, HOST, checked_counts, resolve
+from .calls import DEVICE_DIRECT, checked_counts, resolve
 from .checks import agree
 from .mpi import MPI
-from .ops import REDUCTIONS, reduction_of
+from .ops import reduction_of
 
 __all__ = ["allreduce", "reduce", "reduce_scatter", "check_root"]
 
@@ -61,17 +61,11 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx):
     """
     call = resolve(x, ctx, "allreduce")
     data = call.data
-    try:
-        op, mpi_operation, mean = REDUCTIONS[op][data.dtype]
-    except (KeyError, TypeError):  # not resolved yet: reduction_of checks it and caches it
-        op, mpi_operation, mean = reduction_of(op, data.dtype)
+    op, mpi_operation, mean = reduction_of(op, data.dtype)
     if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise InvalidArgumentError(f"allreduce: algorithm={algorithm!r} is unknown; use one of "
                                    f"{', '.join(map(repr, _ALGORITHM_NAMES))}")
-    if out is None and call.kind == HOST:
-        result, in_place = np.empty(data.shape, data.dtype), False
-    else:
-        result, in_place = call.output_for(x, out, "allreduce")
+    result, in_place = call.output_for(x, out, "allreduce")
     if ctx.check:
         agree(ctx, "allreduce", call.describe(), f"op={op}", f"algorithm={algorithm}")
     start = ctx._begin("allreduce", call)
@@ -82,15 +76,12 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx):
     elif algorithm == "auto":
         ctx.comm.Allreduce(MPI.IN_PLACE if in_place else call.spec, call.spec_of(result),
                            mpi_operation)
-        if mean:
-            _divide_for_mean(result, call, size)
     else:
         _explicit_allreduce(ctx, call, data, result, op, algorithm)
-        if mean:
-            _divide_for_mean(result, call, size)
+    if mean and size > 1:
+        _divide_for_mean(result, call, size)
     ctx._end("allreduce", start, data.nbytes, data.nbytes)
-    return result if result is out or (out is None and call.kind == HOST) \
-        else call.deliver(result, out)
+    return call.deliver(result, out)
 
 
 def _explicit_allreduce(ctx, call, data, result, op, algorithm):

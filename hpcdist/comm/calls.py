@@ -239,13 +239,13 @@ def resolve(x, ctx, name, slot="send", incoming=False, array_fix=None):
     TypeError
         For objects that are neither numbers nor arrays, and unsupported dtypes.
     """
-    if type(x) is np.ndarray:
-        datatype = _PLAIN.get(x.dtype)
+    if type(x) is np.ndarray and (datatype := _PLAIN.get(x.dtype)) is not None:
         flags = x.flags
-        if datatype is not None and flags.c_contiguous and (not incoming or flags.writeable):
+        if flags.c_contiguous and (not incoming or flags.writeable):
             # the common case, kept short: a plain host array
             call = _new(Call)
-            call.data, call.spec = x, (x, datatype)
+            call.data = x
+            call.spec = (x, datatype)
             return call
     if incoming:
         refuse_read_only(x, ctx, name)

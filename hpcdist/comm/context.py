@@ -103,9 +103,9 @@ class Context:
         self._p2p_packets = None  # reusable buffers of blocking send/recv (see p2p.py)
         self._stats = {}
         self._calls = 0
-        self._inflight_name = None
-        self._inflight_call = self._inflight_peer = None
-        self._inflight_since = 0.0
+        # the pending call, (name, call, peer, start time) or None: one store per mark, so
+        # the watchdog's thread reads it whole
+        self._inflight = None
         self._children = []
         watchdog = running_watchdog()
         if watchdog is not None:
@@ -130,17 +130,15 @@ class Context:
         the watchdog derives the call's signature from them only when it
         reports a stall.
         """
-        self._inflight_name = name
-        self._inflight_call = call
-        self._inflight_peer = peer
-        self._inflight_since = start = _perf_counter()
+        self._inflight = (name, call, peer, start := _perf_counter())
         return start
 
     def _inflight_signature(self):
         """The pending call as text, e.g. ``broadcast float32[1024] root=0`` (None when idle)."""
-        name, call, peer = self._inflight_name, self._inflight_call, self._inflight_peer
-        if name is None:
+        inflight = self._inflight
+        if inflight is None:
             return None
+        name, call, peer, _ = inflight
         parts = [name]
         if isinstance(call, Call):
             parts.append(call.describe())
@@ -154,7 +152,7 @@ class Context:
     def _end(self, name, start, sent, received):
         """Count a finished operation in :meth:`stats` and the timeline."""
         seconds = _perf_counter() - start
-        self._inflight_name = None
+        self._inflight = None
         self._calls += 1
         record = self._stats.get(name)
         if record is None:

@@ -229,7 +229,7 @@ def iallgather(x, axis=0, *, counts=None, ctx):
         agree(ctx, "iallgather", _describe_except(data, axis), f"axis={axis}")
     if counts is None:
         counts = _exchange_rows(ctx, data, "iallgather", axis, ctx._begin("iallgather"))
-        ctx._inflight_name = None  # only the size exchange blocked; wait() times the rest
+        ctx._inflight = None  # only the size exchange blocked; wait() times the rest
     result = call.new_output((sum(counts),) + data.shape[1:], slot=None)
     if ctx.size == 1:
         call.copy_into(result, data)

@@ -99,8 +99,9 @@ class Watchdog:
         when a stall is being reported."""
         now = time.perf_counter()
         for ctx in list(self._contexts):
-            name, since = ctx._inflight_name, ctx._inflight_since
-            if name is not None:
+            inflight = ctx._inflight
+            if inflight is not None:
+                name, since = inflight[0], inflight[3]
                 try:
                     signature = ctx._inflight_signature()
                 except Exception:  # the call moved on while we read it: the name will do

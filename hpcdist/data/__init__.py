@@ -6,6 +6,8 @@ Partitioning
         ``.get_indices(rank)``, ``.partition_size(rank)``.
     shard(X, ctx=None)
         This rank's rows of an array every rank holds.
+    dirichlet_partition(y, n_parts, alpha, seed=0)
+        A label-skewed (non-IID) split for federated training.
 Sampling and batches
     DistributedSampler(dataset_size, num_replicas=None, rank=None, *, shuffle=True,
                        seed=0, drop_last=False)
@@ -28,11 +30,12 @@ from .batches import BatchIterator, iterate_batches
 from .dask_arrays import from_dask, to_dask
 from .datasets import DATASETS, get_dataset, load_digits, make_blobs, make_classification
 from .hdf5 import load_hdf5, save_hdf5
+from .non_iid import dirichlet_partition
 from .partition import DataPartitioner, shard
 from .sampler import DistributedSampler
 
 __all__ = [
     "DataPartitioner", "shard", "DistributedSampler", "iterate_batches", "BatchIterator",
     "DATASETS", "get_dataset", "load_digits", "make_blobs", "make_classification",
-    "load_hdf5", "save_hdf5", "from_dask", "to_dask",
+    "load_hdf5", "save_hdf5", "from_dask", "to_dask", "dirichlet_partition",
 ]

@@ -49,22 +49,26 @@ from .comm import (
                    timeline,
 )
 from .exceptions import (
-                         CollectiveMismatchError,
-                         ConfigMismatchError,
-                         DataFileError,
-                         DataFileNotFoundError,
-                         HpcdistError,
-                         InvalidArgumentError,
-                         InvalidArgumentTypeError,
-                         MissingDatasetError,
-                         StallError,
+    CollectiveMismatchError,
+    ConfigMismatchError,
+    DataFileError,
+    DataFileNotFoundError,
+    HpcdistError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvalidStateError,
+    LauncherNotFoundError,
+    MissingDatasetError,
+    StallError,
+    StateDictKeyError,
 )
 from .parallel import DDP, DistributedDataParallel
 
 __all__ = [
     "__version__", "HpcdistError", "CollectiveMismatchError", "ConfigMismatchError",
     "InvalidArgumentError", "InvalidArgumentTypeError", "MissingDatasetError", "DataFileError",
-    "DataFileNotFoundError", "StallError",
+    "DataFileNotFoundError", "StallError", "InvalidStateError", "StateDictKeyError",
+    "LauncherNotFoundError",
     "Context", "init", "finalize", "get_context", "get_rank", "get_world_size",
     "get_local_rank", "is_main_process", "barrier", "ReduceOp", "Request", "ANY_SOURCE",
     "ANY_TAG", "allreduce", "reduce", "broadcast", "allgather", "gather", "scatter",

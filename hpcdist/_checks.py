@@ -4,6 +4,8 @@ import operator
 
 import numpy as np
 
+from .exceptions import InvalidArgumentError, InvalidArgumentTypeError
+
 __all__ = ["check_int"]
 
 
@@ -41,7 +43,7 @@ def check_int(value, name, minimum=None, maximum=None, *, hint=""):
     except TypeError:
         integer = None
     if integer is None or isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name}={value!r} should be an integer{hint}")
+        raise InvalidArgumentTypeError(f"{name}={value!r} should be an integer{hint}")
     value = integer
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         if maximum is None:
@@ -50,5 +52,5 @@ def check_int(value, name, minimum=None, maximum=None, *, hint=""):
             span = f"<= {maximum}"
         else:
             span = f"in [{minimum}, {maximum}]"
-        raise ValueError(f"{name}={value} should be {span}{hint}")
+        raise InvalidArgumentError(f"{name}={value} should be {span}{hint}")
     return value

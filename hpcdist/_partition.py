@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from .exceptions import InvalidArgumentError
+
 __all__ = ["balanced_counts", "validate_counts", "offsets_of"]
 
 
@@ -50,20 +52,22 @@ def validate_counts(counts, parts, total, name):
     try:
         values = list(counts)
     except TypeError:
-        raise ValueError(f"{name}: counts={counts!r} should be a sequence of {parts} "
-                         f"non-negative integers (one per rank)") from None
+        raise InvalidArgumentError(f"{name}: counts={counts!r} should be a sequence of {parts} "
+                                   f"non-negative integers (one per rank)") from None
     wrong = [c for c in values if not _is_whole_number(c)]
     if wrong:
-        raise ValueError(f"{name}: counts={values!r} holds {wrong[0]!r}, not an integer; "
-                         f"pass {parts} non-negative integers (one per rank; counts are "
-                         f"never rounded)")
+        raise InvalidArgumentError(f"{name}: counts={values!r} holds {wrong[0]!r}, not an integer; "
+                                   f"pass {parts} non-negative integers (one per rank; counts are "
+                                   f"never rounded)")
     counts = [int(c) for c in values]
     if len(counts) != parts or min(counts, default=0) < 0:
-        raise ValueError(f"{name}: counts={counts} should be {parts} non-negative integers "
-                         f"(one per rank)")
+        raise InvalidArgumentError(
+            f"{name}: counts={counts} should be {parts} non-negative integers "
+            f"(one per rank)")
     if total is not None and sum(counts) != total:
-        raise ValueError(f"{name}: counts={counts} should sum to {total}, the length of the "
-                         f"split axis (they sum to {sum(counts)})")
+        raise InvalidArgumentError(
+            f"{name}: counts={counts} should sum to {total}, the length of the "
+            f"split axis (they sum to {sum(counts)})")
     return counts
 
 

@@ -9,7 +9,7 @@ Every error that hpcdist raises on purpose is a public class deriving from
 __all__ = [
     "HpcdistError", "CollectiveMismatchError", "ConfigMismatchError", "InvalidArgumentError",
     "InvalidArgumentTypeError", "MissingDatasetError", "DataFileError", "DataFileNotFoundError",
-    "StallError",
+    "StallError", "InvalidStateError", "StateDictKeyError", "LauncherNotFoundError",
 ]
 
 
@@ -41,12 +41,19 @@ class InvalidArgumentTypeError(HpcdistError, TypeError):
     """An argument has a bad type; the message names the argument and the type expected."""
 
 
-class MissingDatasetError(HpcdistError, KeyError):
-    """A dataset is missing from an HDF5 file; the message lists the datasets it has."""
+class _KeyErrorMessage(KeyError):
+    """A KeyError whose str() is its message as written (KeyError's is the repr)."""
 
     def __str__(self):
-        # KeyError's str() is the repr of its argument; show the message as written.
         return str(self.args[0]) if len(self.args) == 1 else super().__str__()
+
+
+class MissingDatasetError(HpcdistError, _KeyErrorMessage):
+    """A dataset is missing from an HDF5 file; the message lists the datasets it has."""
+
+
+class StateDictKeyError(HpcdistError, _KeyErrorMessage):
+    """A state dict lacks keys a module needs, or has keys it does not know."""
 
 
 class DataFileError(HpcdistError, OSError):
@@ -59,3 +66,12 @@ class DataFileNotFoundError(DataFileError, FileNotFoundError):
 
 class StallError(HpcdistError, TimeoutError):
     """A collective did not complete within ``HPCDIST_STALL_TIMEOUT`` seconds."""
+
+
+class InvalidStateError(HpcdistError, RuntimeError):
+    """An object was used out of order (e.g. ``backward`` before ``forward``); the
+    message says what to do first."""
+
+
+class LauncherNotFoundError(HpcdistError, FileNotFoundError):
+    """No MPI launcher (``mpiexec``, ``srun``) was found; the message says what to install."""

@@ -1,5 +1,9 @@
 """The public exception classes derive from HpcdistError and the built-in a user catches."""
 
+import ast
+import builtins
+from pathlib import Path
+
 import pytest
 
 import hpcdist
@@ -17,7 +21,14 @@ _BASES = {
     "DataFileError": (hpcdist.HpcdistError, OSError),
     "DataFileNotFoundError": (hpcdist.DataFileError, FileNotFoundError),
     "StallError": (hpcdist.HpcdistError, TimeoutError),
+    "InvalidStateError": (hpcdist.HpcdistError, RuntimeError),
+    "StateDictKeyError": (hpcdist.HpcdistError, KeyError),
+    "LauncherNotFoundError": (hpcdist.HpcdistError, FileNotFoundError),
 }
+# built-ins that are no user error: abstract methods, exit codes, the attribute protocol
+# of __getattr__, and assertions of invariants (a bug of hpcdist's when they fire)
+_BUILT_INS_ALLOWED = {"NotImplementedError", "SystemExit", "AttributeError", "AssertionError"}
+_PACKAGE = Path(hpcdist.__file__).parent
 
 
 @pytest.mark.parametrize("name", sorted(_BASES))
@@ -45,3 +56,36 @@ def test_checkpoint_errors_are_hpcdist_errors():
 def test_a_missing_dataset_is_caught_as_a_key_error():
     with pytest.raises(KeyError, match="'labels' not in data.h5"):
         raise hpcdist.MissingDatasetError("'labels' not in data.h5; it has: X, y")
+
+
+def _raised_built_ins(path):
+    """(line, name) of every ``raise BuiltinError(...)`` in one source file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Raise) or node.exc is None:
+            continue
+        exc = node.exc
+        # raise X(...), and raise helper(X(...)) as in mark_raised_on_every_rank(ValueError(...))
+        calls = [exc] + ([exc.args[0]] if isinstance(exc, ast.Call) and exc.args else [])
+        for call in calls:
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name):
+                name = call.func.id
+                if (isinstance(getattr(builtins, name, None), type)
+                        and issubclass(getattr(builtins, name), BaseException)
+                        and name not in _BUILT_INS_ALLOWED):
+                    found.append((node.lineno, name))
+    return found
+
+
+def test_hpcdist_raises_no_bare_built_in_exception():
+    """API.md section 3: every error raised on purpose is a public HpcdistError subclass."""
+    offenders = [f"{path.relative_to(_PACKAGE.parent)}:{line}: raise {name}"
+                 for path in sorted(_PACKAGE.rglob("*.py"))
+                 for line, name in _raised_built_ins(path)]
+    assert not offenders, "raise hpcdist's own classes instead:\n" + "\n".join(offenders)
+
+
+def test_new_classes_keep_the_message_as_written_for_key_errors():
+    with pytest.raises(KeyError, match="missing keys"):
+        raise hpcdist.StateDictKeyError("load_state_dict: missing keys ['w']")
+    assert str(hpcdist.StateDictKeyError("a 'b' c")) == "a 'b' c"

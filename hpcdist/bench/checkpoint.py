@@ -77,7 +77,7 @@ import h5py
 import numpy as np
 
 from .._hdf5_blocks import h5py_is_parallel
-from ..checkpoint import CheckpointManager, Sharded
+from ..checkpoint import CheckpointCorruptError, CheckpointManager, Sharded
 from ..checkpoint.commit import fsync_file, wait_for_deletions
 from ..comm import init
 from ..comm.mpi import MPI
@@ -264,8 +264,9 @@ class _Cases:
                     and np.array_equal(restored["head"], saved["head"])
                     and restored["name"] == "bench")
             if not same:
-                raise RuntimeError(f"hpcdist bench checkpoint: the {backend} backend restored "
-                                   "a state that differs from the one it saved")
+                raise CheckpointCorruptError(f"hpcdist bench checkpoint: the {backend} backend "
+                                             "restored a state that differs from the one it "
+                                             "saved")
 
 
 def _time_case(ctrl, call, after=None):

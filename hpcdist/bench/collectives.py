@@ -106,6 +106,7 @@ import numpy as np
 
 from ..comm import allgather, allreduce, broadcast, init, recv, send
 from ..comm.mpi import MPI
+from ..exceptions import InvalidArgumentError
 from .common import (
     KIB,
     MIB,
@@ -569,7 +570,7 @@ def _with_bookkeeping(ctx, fn: Callable[[], Any], calls: int) -> Callable[[], An
         return floor()
 
     if calls not in (1, 2):
-        raise ValueError(f"calls={calls} should be 1 or 2")
+        raise InvalidArgumentError(f"calls={calls} should be 1 or 2")
     return floor if calls == 1 else floor_of_two_calls
 
 

@@ -13,6 +13,8 @@ import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
+from ..exceptions import DataFileError
+
 __all__ = ["CHUNK_BYTES", "crc32_combine", "chunk_items", "crc32_of_items", "crc32_of_range",
            "crc32_of_file", "combine_items", "format_crc", "io_threads"]
 
@@ -83,8 +85,8 @@ def crc32_of_range(path, offset, length):
         while done < length:
             count = os.preadv(fd, [view[:min(len(buffer), length - done)]], offset + done)
             if count == 0:
-                raise OSError(f"{path} ended at byte {offset + done}, expected "
-                              f"{offset + length} bytes")
+                raise DataFileError(f"{path} ended at byte {offset + done}, expected "
+                                    f"{offset + length} bytes")
             crc = zlib.crc32(view[:count], crc)
             done += count
     finally:

@@ -10,6 +10,7 @@ from .._hdf5_blocks import h5py_is_parallel
 from ..comm import allgather_object, broadcast_object, resolve_context
 from ..comm.checks import format_ranks, validated_on_every_rank
 from ..comm.mpi import MPI
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from . import mpio, sharded  # called through their modules: tests replace their writers
 from .async_save import BackgroundSave, track
 from .checksum import combine_items, format_crc, io_threads
@@ -46,13 +47,15 @@ def _check_metadata(metadata):
     if metadata is None:
         return None
     if not isinstance(metadata, dict):
-        raise TypeError(f"metadata should be a dict (JSON-serialisable) or None, got "
-                        f"{type(metadata).__name__}")
+        raise InvalidArgumentTypeError(
+            f"metadata should be a dict (JSON-serialisable) or None, got "
+            f"{type(metadata).__name__}")
     try:
         return json.loads(json.dumps(metadata, allow_nan=False))
     except (TypeError, ValueError) as error:
-        raise TypeError(f"metadata should be JSON-serialisable (str keys; numbers, strings, "
-                        f"lists, dicts; no NaN): {error}") from None
+        raise InvalidArgumentTypeError(
+            f"metadata should be JSON-serialisable (str keys; numbers, strings, "
+            f"lists, dicts; no NaN): {error}") from None
 
 
 class CheckpointManager:
@@ -162,16 +165,16 @@ class CheckpointManager:
             try:
                 self.directory = os.path.abspath(os.fspath(directory))
             except TypeError:
-                raise TypeError(f"directory should be a str or path-like, got "
-                                f"{type(directory).__name__}") from None
+                raise InvalidArgumentTypeError(f"directory should be a str or path-like, got "
+                                               f"{type(directory).__name__}") from None
             if max_to_keep is not None:
                 max_to_keep = check_int(max_to_keep, "max_to_keep", minimum=1,
                                         hint=" (or None to keep every step)")
             self.max_to_keep = max_to_keep
             if backend not in BACKENDS:
-                raise ValueError(f"backend={backend!r} should be one of {BACKENDS}")
+                raise InvalidArgumentError(f"backend={backend!r} should be one of {BACKENDS}")
             if not isinstance(async_save, (bool, numbers.Integral)):
-                raise TypeError(f"async_save={async_save!r} should be a bool")
+                raise InvalidArgumentTypeError(f"async_save={async_save!r} should be a bool")
             self.async_save = bool(async_save)
             self.backend = self._resolve_backend(backend)
         self._threads = io_threads(ctx.local_size)
@@ -303,7 +306,7 @@ class CheckpointManager:
         with validated_on_every_rank(ctx):
             steps = [s for s, _ in gathered]
             if len(set(steps)) > 1:
-                raise ValueError("save: ranks passed different steps: " + ", ".join(
+                raise InvalidArgumentError("save: ranks passed different steps: " + ", ".join(
                     f"step={s} on {format_ranks([r for r, t in enumerate(steps) if t == s])}"
                     for s in sorted(set(steps))))
             plan = make_plan([d for _, d in gathered], step, self.backend)

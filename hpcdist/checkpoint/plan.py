@@ -26,7 +26,7 @@ import numpy as np
 
 from .._partition import balanced_counts, offsets_of
 from ..comm.checks import format_ranks
-from ..exceptions import ConfigMismatchError
+from ..exceptions import ConfigMismatchError, InvalidArgumentError
 from .checksum import format_crc
 from .state import CONTAINER_KINDS, Container, dtype_from_record, dtype_record, storage_dtype
 
@@ -125,8 +125,8 @@ def _kind_name(kind):
 
 def _check_same(path, label, values):
     if len(set(values)) > 1:
-        raise ValueError(f"checkpoint entry {path!r} differs between ranks: {label} "
-                         f"{_grouped(values)}")
+        raise InvalidArgumentError(f"checkpoint entry {path!r} differs between ranks: {label} "
+                                   f"{_grouped(values)}")
 
 
 def _check_structure(descriptions):
@@ -136,9 +136,10 @@ def _check_structure(descriptions):
     for path in sorted(paths):
         missing = [rank for rank, items in enumerate(by_rank) if path not in items]
         if missing:
-            raise ValueError(f"checkpoint entry {path!r} is missing on {format_ranks(missing)} "
-                             "(every rank must save the same entries; a rank without data "
-                             "passes an empty Sharded block)")
+            raise InvalidArgumentError(
+                f"checkpoint entry {path!r} is missing on {format_ranks(missing)} "
+                "(every rank must save the same entries; a rank without data "
+                "passes an empty Sharded block)")
     for path in (item[0] for item in descriptions[0]):
         items = [items[path] for items in by_rank]
         _check_same(path, "it is", [_kind_name(item[1]) for item in items])
@@ -160,10 +161,11 @@ def _check_structure(descriptions):
             if kind == "array":
                 values = [item[3] for item in items]
                 if len(set(values)) > 1:
-                    raise ValueError(f"checkpoint entry {path!r} is replicated (not Sharded) "
-                                     f"but its shape differs between ranks: shape "
-                                     f"{_grouped(values)}; wrap per-rank blocks in "
-                                     "Sharded(local_array, axis=...)")
+                    raise InvalidArgumentError(
+                        f"checkpoint entry {path!r} is replicated (not Sharded) "
+                        f"but its shape differs between ranks: shape "
+                        f"{_grouped(values)}; wrap per-rank blocks in "
+                        "Sharded(local_array, axis=...)")
             crcs = [item[6] for item in items]
             if len(set(crcs)) > 1:
                 raise ConfigMismatchError(

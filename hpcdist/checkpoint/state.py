@@ -23,6 +23,7 @@ import ml_dtypes
 import numpy as np
 
 from .._arrays import to_host
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["Sharded", "Leaf", "Container", "flatten_state", "unflatten_state",
            "validate_key", "dtype_record", "dtype_from_record", "storage_dtype",
@@ -68,13 +69,15 @@ class Sharded:
             local_array = np.asarray(local_array)
         ndim = len(local_array.shape)
         if ndim == 0:
-            raise ValueError("Sharded: local_array should have at least one dimension, got a "
-                             f"0-d {type(local_array).__name__}; wrap scalars without Sharded")
+            raise InvalidArgumentError(
+                "Sharded: local_array should have at least one dimension, got a "
+                f"0-d {type(local_array).__name__}; wrap scalars without Sharded")
         if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, numbers.Integral):
-            raise TypeError(f"Sharded: axis={axis!r} should be an int")
+            raise InvalidArgumentTypeError(f"Sharded: axis={axis!r} should be an int")
         if not -ndim <= axis < ndim:
-            raise ValueError(f"Sharded: axis={axis} is out of range for an array of shape "
-                             f"{tuple(local_array.shape)} (ndim={ndim})")
+            raise InvalidArgumentError(
+                f"Sharded: axis={axis} is out of range for an array of shape "
+                f"{tuple(local_array.shape)} (ndim={ndim})")
         self.array = local_array
         self.axis = int(axis) % ndim
 
@@ -124,8 +127,9 @@ def validate_key(key, parent=""):
     """
     where = f" in {parent!r}" if parent else " at the top level"
     if not isinstance(key, str):
-        raise TypeError(f"checkpoint state key {key!r}{where} is a {type(key).__name__}; keys "
-                        "should be non-empty str (they name HDF5 groups and datasets)")
+        raise InvalidArgumentTypeError(
+            f"checkpoint state key {key!r}{where} is a {type(key).__name__}; keys "
+            "should be non-empty str (they name HDF5 groups and datasets)")
     key = str(key)
     problem = None
     if key == "":
@@ -144,9 +148,10 @@ def validate_key(key, parent=""):
         except UnicodeEncodeError:
             problem = "is not valid UTF-8"
     if problem is not None:
-        raise ValueError(f"checkpoint state key {key!r}{where} {problem}; keys name HDF5 groups "
-                         "and datasets: use non-empty names without '/', '..' or NUL (nest "
-                         "dicts instead of using '/', e.g. {'model': {'w': ...}})")
+        raise InvalidArgumentError(
+            f"checkpoint state key {key!r}{where} {problem}; keys name HDF5 groups "
+            "and datasets: use non-empty names without '/', '..' or NUL (nest "
+            "dicts instead of using '/', e.g. {'model': {'w': ...}})")
     return key
 
 
@@ -175,12 +180,14 @@ def check_dtype(dt, path):
     """Refuse dtypes that cannot be stored without pickling; returns ``np.dtype(dt)``."""
     dt = np.dtype(dt)
     if dt.hasobject:
-        raise TypeError(f"checkpoint entry {path!r} has dtype {dt} with Python objects; "
-                        "checkpoints never pickle: convert it to a fixed-size dtype "
-                        "(numbers, fixed-length strings)")
+        raise InvalidArgumentTypeError(
+            f"checkpoint entry {path!r} has dtype {dt} with Python objects; "
+            "checkpoints never pickle: convert it to a fixed-size dtype "
+            "(numbers, fixed-length strings)")
     if dt.itemsize == 0:
-        raise TypeError(f"checkpoint entry {path!r} has a dtype of item size 0 ({dt}); "
-                        "give it a fixed size")
+        raise InvalidArgumentTypeError(
+            f"checkpoint entry {path!r} has a dtype of item size 0 ({dt}); "
+            "give it a fixed size")
     return dt
 
 
@@ -230,16 +237,17 @@ def dtype_from_record(record):
             name = record["ml_dtypes"]
             kind = getattr(ml_dtypes, name, None) if isinstance(name, str) else None
             if not isinstance(kind, type):
-                raise ValueError(f"ml_dtypes has no dtype {name!r}")
+                raise InvalidArgumentError(f"ml_dtypes has no dtype {name!r}")
             dt = np.dtype(kind)
         elif "descr" in record:
             dt = np.lib.format.descr_to_dtype(_descr_from_json(record["descr"]))
         else:
             dt = np.dtype(str(record["str"]))
     except (TypeError, ValueError, KeyError, AttributeError) as error:
-        raise ValueError(f"dtype record {json.dumps(record)} cannot be read: {error}") from None
+        raise InvalidArgumentError(
+            f"dtype record {json.dumps(record)} cannot be read: {error}") from None
     if dt.itemsize != record.get("itemsize", dt.itemsize) or dt.hasobject:
-        raise ValueError(f"dtype record {json.dumps(record)} does not match dtype {dt}")
+        raise InvalidArgumentError(f"dtype record {json.dumps(record)} does not match dtype {dt}")
     return dt
 
 
@@ -247,15 +255,17 @@ def dtype_from_record(record):
 
 def _array_leaf(kind, array, path, axis=None):
     if isinstance(array, np.ma.MaskedArray):
-        raise TypeError(f"checkpoint entry {path!r} is a masked array; save its .data and "
-                        ".mask (np.ma.getmaskarray) as two entries")
+        raise InvalidArgumentTypeError(
+            f"checkpoint entry {path!r} is a masked array; save its .data and "
+            ".mask (np.ma.getmaskarray) as two entries")
     array = np.asarray(to_host(array))  # np.matrix and other subclasses as plain arrays
     if type(array) is not np.ndarray:
         array = array.view(np.ndarray)
     dt = check_dtype(array.dtype, path)
     if dtype_from_record(json.loads(json.dumps(dtype_record(dt)))) != dt:
-        raise TypeError(f"checkpoint entry {path!r}: dtype {dt!r} cannot be described "
-                        "exactly; use a plain or structured NumPy dtype")
+        raise InvalidArgumentTypeError(
+            f"checkpoint entry {path!r}: dtype {dt!r} cannot be described "
+            "exactly; use a plain or structured NumPy dtype")
     return Leaf(kind, array, axis)
 
 
@@ -300,8 +310,9 @@ def flatten_state(state):
         dataset, naming its path.
     """
     if not isinstance(state, Mapping):
-        raise TypeError(f"checkpoint state should be a dict of arrays and scalars, got "
-                        f"{type(state).__name__}")
+        raise InvalidArgumentTypeError(
+            f"checkpoint state should be a dict of arrays and scalars, got "
+            f"{type(state).__name__}")
     nodes = []
 
     def visit(value, path):
@@ -323,7 +334,7 @@ def flatten_state(state):
         else:
             leaf = _scalar_leaf(value, path)
             if leaf is None:
-                raise TypeError(
+                raise InvalidArgumentTypeError(
                     f"checkpoint entry {path!r} is a {type(value).__module__}."
                     f"{type(value).__qualname__}; a state holds dicts, lists and tuples of "
                     "NumPy arrays, Sharded arrays, NumPy scalars and bool, int, float, "

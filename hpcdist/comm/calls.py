@@ -13,13 +13,12 @@ import numbers
 
 import numpy as np
 
-from .._partition import validate_counts
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from .devices import backend_of
 from .dtypes import PREDEFINED_DATATYPES, check_dtype, mpi_datatype
 from .headers import SCALAR_TYPES
 
-__all__ = ["Call", "resolve", "resolve_receiver", "refuse_read_only", "checked_counts",
+__all__ = ["Call", "resolve", "resolve_receiver", "refuse_read_only",
            "describe", "describe_shape", "spec_of", "HOST", "PY_SCALAR", "NP_SCALAR",
            "DEVICE_DIRECT", "DEVICE_STAGED"]
 
@@ -349,15 +348,6 @@ def resolve_receiver(x, shape, dtype, ctx, name, peer, kind=HOST, scalar_type=No
             f"{describe_shape(shape, dtype)}; pass an array of the sender's shape and dtype, "
             f"or None")
     return resolve(x, ctx, name, incoming=True)
-
-
-def checked_counts(counts, parts, total, name):
-    """``counts`` as a list of int, checked by :func:`~hpcdist._partition.validate_counts`
-    (``total=None``: any sum); raises :class:`~hpcdist.InvalidArgumentError` naming them."""
-    try:
-        return validate_counts(counts, parts, total, name)
-    except ValueError as error:
-        raise InvalidArgumentError(str(error)) from None
 
 
 def spec_of(array):

@@ -9,6 +9,7 @@ context (:mod:`hpcdist.comm.default`).
 
 import time
 
+from ..exceptions import InvalidArgumentError
 from . import movement, objects, p2p, reductions, requests
 from .calls import Call, describe
 from .devices import detect_cuda_aware, select_device
@@ -201,8 +202,8 @@ class Context:
         """
         ranks = [int(r) for r in ranks]
         if not ranks or len(set(ranks)) != len(ranks) or not all(0 <= r < self.size for r in ranks):
-            raise ValueError(f"group(ranks={ranks}): ranks must be distinct and in "
-                             f"0..{self.size - 1}, and at least one")
+            raise InvalidArgumentError(f"group(ranks={ranks}): ranks must be distinct and in "
+                                       f"0..{self.size - 1}, and at least one")
         if self.rank not in ranks:
             return None
         members = self.comm.Get_group().Incl(ranks)

@@ -11,6 +11,7 @@ communicator at every call.
 import atexit
 import os
 
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from .abort import install_abort_hook
 from .context import Context
 from .mpi import MPI, mpi_is_loaded
@@ -32,13 +33,14 @@ def _check_from_env():
         return False
     if value in ("1", "true", "yes", "on"):
         return True
-    raise ValueError(f"HPCDIST_CHECK={value!r} is not understood; use 0 or 1")
+    raise InvalidArgumentError(f"HPCDIST_CHECK={value!r} is not understood; use 0 or 1")
 
 
 def _check_communicator(comm, name):
     if not isinstance(comm, MPI.Comm) or comm == MPI.COMM_NULL:
-        raise TypeError(f"{name} must be an mpi4py communicator such as MPI.COMM_WORLD, "
-                        f"got {comm!r}")
+        raise InvalidArgumentTypeError(
+            f"{name} must be an mpi4py communicator such as MPI.COMM_WORLD, "
+            f"got {comm!r}")
 
 
 def init(comm=None, *, device="auto", check=None, abort_on_error=True):
@@ -125,8 +127,8 @@ def resolve_context(ctx=None):
         return ctx
     if isinstance(ctx, MPI.Comm):
         return _owned_context(ctx)
-    raise TypeError(f"ctx={ctx!r} should be None, an hpcdist Context or an mpi4py "
-                    "communicator")
+    raise InvalidArgumentTypeError(f"ctx={ctx!r} should be None, an hpcdist Context or an mpi4py "
+                                   "communicator")
 
 
 def _owned_context(comm):

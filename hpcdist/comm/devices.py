@@ -12,6 +12,8 @@ import os
 
 import numpy as np
 
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
+
 __all__ = ["DeviceBackend", "CupyBackend", "register_backend", "unregister_backend",
            "backend_of", "detect_cuda_aware", "select_device"]
 
@@ -117,7 +119,8 @@ class CupyBackend(DeviceBackend):
 def register_backend(backend):
     """Make hpcdist recognise the arrays of ``backend`` (a :class:`DeviceBackend`)."""
     if not isinstance(backend, DeviceBackend):
-        raise TypeError(f"backend must be a DeviceBackend instance, got {type(backend).__name__}")
+        raise InvalidArgumentTypeError(
+            f"backend must be a DeviceBackend instance, got {type(backend).__name__}")
     _BACKENDS.insert(0, backend)
 
 
@@ -154,9 +157,10 @@ def backend_of(x):
         if backend.is_array(x):
             return backend
     if hasattr(x, "__cuda_array_interface__"):
-        raise TypeError(f"{type(x).__name__} is a device array hpcdist has no backend for; "
-                        f"convert it to a CuPy array (cupy.asarray) or register a "
-                        f"hpcdist.comm.devices.DeviceBackend")
+        raise InvalidArgumentTypeError(
+            f"{type(x).__name__} is a device array hpcdist has no backend for; "
+            f"convert it to a CuPy array (cupy.asarray) or register a "
+            f"hpcdist.comm.devices.DeviceBackend")
     return None  # e.g. a host array that also speaks DLPack
 
 
@@ -189,7 +193,8 @@ def detect_cuda_aware():
     if setting in ("1", "true", "yes", "on"):
         return True
     if setting != "auto":
-        raise ValueError(f"HPCDIST_CUDA_AWARE={setting!r} is not understood; use 0, 1 or auto")
+        raise InvalidArgumentError(
+            f"HPCDIST_CUDA_AWARE={setting!r} is not understood; use 0, 1 or auto")
     library = _mpi_library_handle()
     if library is None:
         return False
@@ -229,24 +234,26 @@ def select_device(device, local_rank):
         The device name and the array module (numpy or cupy).
     """
     if not isinstance(device, str):
-        raise TypeError(f"device must be a string such as 'auto', 'cpu' or 'cuda:0', "
-                        f"got {device!r}")
+        raise InvalidArgumentTypeError(
+            f"device must be a string such as 'auto', 'cpu' or 'cuda:0', "
+            f"got {device!r}")
     name = device.strip().lower()
     if name == "cpu":
         return "cpu", np
     if name not in ("auto", "cuda") and not name.startswith("cuda:"):
-        raise ValueError(f"device={device!r} is not understood; use 'auto', 'cpu', 'cuda' "
-                         f"or 'cuda:N'")
+        raise InvalidArgumentError(
+            f"device={device!r} is not understood; use 'auto', 'cpu', 'cuda' "
+            f"or 'cuda:N'")
     n_gpus = _gpu_count()
     if n_gpus == 0:
         if name == "auto":
             return "cpu", np
-        raise ValueError(f"device={device!r} asks for a GPU but CuPy sees none; "
-                         f"install hpcdist[gpu] on a GPU node or use device='cpu'")
+        raise InvalidArgumentError(f"device={device!r} asks for a GPU but CuPy sees none; "
+                                   f"install hpcdist[gpu] on a GPU node or use device='cpu'")
     index = local_rank % n_gpus if name in ("auto", "cuda") else int(name.split(":", 1)[1])
     if not 0 <= index < n_gpus:
-        raise ValueError(f"device={device!r}: only {n_gpus} GPU(s) visible "
-                         f"(cuda:0..cuda:{n_gpus - 1})")
+        raise InvalidArgumentError(f"device={device!r}: only {n_gpus} GPU(s) visible "
+                                   f"(cuda:0..cuda:{n_gpus - 1})")
     import cupy
     cupy.cuda.Device(index).use()
     _register_cupy_once()

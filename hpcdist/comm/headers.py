@@ -10,6 +10,7 @@ less than NumPy element assignments on the small-message path.
 
 import struct
 
+from ..exceptions import InvalidArgumentError
 from .dtypes import dtype_code, dtype_from_code
 
 __all__ = ["HEADER_BYTES", "MAX_DIMS", "OK", "NO_INPUT", "BAD_INPUT", "pack_header",
@@ -47,8 +48,8 @@ def pack_header(buffer, status, array=None, kind=0, scalar_code=-1, extra=0):
         return
     shape = array.shape
     if len(shape) > MAX_DIMS:
-        raise ValueError(f"arrays of more than {MAX_DIMS} dimensions are not supported "
-                         f"(got {len(shape)}); reshape first")
+        raise InvalidArgumentError(f"arrays of more than {MAX_DIMS} dimensions are not supported "
+                                   f"(got {len(shape)}); reshape first")
     _FIXED.pack_into(buffer, 0, status, dtype_code(array.dtype), len(shape),
                      kind * 16 + scalar_code + 1, extra)
     _SHAPES[len(shape)].pack_into(buffer, _FIXED.size, *shape)

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from .._partition import balanced_counts, offsets_of
+from .._partition import balanced_counts, offsets_of, validate_counts
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from .calls import (
     DEVICE_DIRECT,
@@ -12,7 +12,6 @@ from .calls import (
     HOST,
     NP_SCALAR,
     PY_SCALAR,
-    checked_counts,
     describe,
     resolve,
     resolve_receiver,
@@ -358,7 +357,7 @@ def allgather(x, axis=0, *, counts=None, ctx):
 def gather_counts(counts, rows, axis, ctx, name):
     """A gather's ``counts`` (every rank's size along ``axis``) checked on this rank: whole
     non-negative numbers, one per rank, this rank's equal to its ``rows``."""
-    counts = checked_counts(counts, ctx.size, None, name)
+    counts = validate_counts(counts, ctx.size, None, name)
     if counts[ctx.rank] != rows:
         raise InvalidArgumentError(f"{name}: counts[{ctx.rank}]={counts[ctx.rank]} but rank "
                                    f"{ctx.rank} passed {rows} along axis={axis}")
@@ -477,7 +476,7 @@ def _scatter_plan(x, axis, counts, ctx):
     data, axis = _rows_first(call, axis, "scatter")
     rows = data.shape[0]
     counts = (balanced_counts(rows, ctx.size) if counts is None
-              else checked_counts(counts, ctx.size, rows, "scatter"))
+              else validate_counts(counts, ctx.size, rows, "scatter"))
     return ((call, data), "ok", np.dtype(data.dtype), tuple(data.shape[1:]), counts, axis,
             call.on_device)
 
@@ -508,7 +507,7 @@ def alltoall(x, counts=None, *, ctx):
     error = None
     try:
         counts = (balanced_counts(rows, ctx.size) if counts is None
-                  else checked_counts(counts, ctx.size, rows, "alltoall"))
+                  else validate_counts(counts, ctx.size, rows, "alltoall"))
     except ValueError as exc:
         if ctx.size == 1:
             raise

@@ -4,6 +4,7 @@ import enum
 
 import numpy as np
 
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from .dtypes import is_sixteen_bit_float
 from .mpi import MPI
 from .sixteen_bit_floats import half_sum_into
@@ -60,8 +61,8 @@ def parse_op(op):
         return op
     if isinstance(op, str) and op.lower() in _BY_NAME:  # ReduceOp members, "SUM"
         return _BY_NAME[op.lower()]
-    raise ValueError(f"op={op!r} is not a reduction; use one of "
-                     f"{', '.join(repr(o.value) for o in ReduceOp)} or hpcdist.ReduceOp")
+    raise InvalidArgumentError(f"op={op!r} is not a reduction; use one of "
+                               f"{', '.join(repr(o.value) for o in ReduceOp)} or hpcdist.ReduceOp")
 
 
 def check_op_for_dtype(op, dtype):
@@ -69,12 +70,13 @@ def check_op_for_dtype(op, dtype):
     for ``dtype``."""
     kind = dtype.kind
     if op == "mean" and kind in "biu":
-        raise TypeError(f"op='mean' is not defined for {dtype} (the mean of integers or "
-                        f"booleans is not of their dtype); use op='sum' and divide, or cast "
-                        f"to a floating dtype first")
+        raise InvalidArgumentTypeError(
+            f"op='mean' is not defined for {dtype} (the mean of integers or "
+            f"booleans is not of their dtype); use op='sum' and divide, or cast "
+            f"to a floating dtype first")
     if kind == "c" and op in ("min", "max"):
-        raise TypeError(f"op={op!r} is not defined for complex dtype {dtype}; "
-                        f"use 'sum', 'mean' or 'prod', or reduce the real parts")
+        raise InvalidArgumentTypeError(f"op={op!r} is not defined for complex dtype {dtype}; "
+                                       f"use 'sum', 'mean' or 'prod', or reduce the real parts")
 
 
 def local_reducer(op, dtype):

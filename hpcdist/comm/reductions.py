@@ -4,10 +4,10 @@ import math
 
 import numpy as np
 
-from .._partition import balanced_counts
+from .._partition import balanced_counts, validate_counts
 from ..exceptions import InvalidArgumentError
 from .algorithms import ALGORITHMS
-from .calls import DEVICE_DIRECT, checked_counts, resolve
+from .calls import DEVICE_DIRECT, resolve
 from .checks import agree
 from .mpi import MPI
 from .ops import reduction_of
@@ -155,7 +155,7 @@ def reduce_scatter(x, op="sum", counts=None, *, ctx):
     op, mpi_operation, mean = reduction_of(op, data.dtype)
     rows = data.shape[0]
     counts = (balanced_counts(rows, ctx.size) if counts is None
-              else checked_counts(counts, ctx.size, rows, "reduce_scatter"))
+              else validate_counts(counts, ctx.size, rows, "reduce_scatter"))
     row_size = math.prod(data.shape[1:])
     result = call.new_output((counts[ctx.rank],) + data.shape[1:])
     if ctx.check:

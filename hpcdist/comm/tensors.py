@@ -9,6 +9,8 @@ torch is imported only when a tensor is handed over (it is an optional extra).
 import numpy as np
 from ml_dtypes import bfloat16
 
+from ..exceptions import InvalidArgumentError
+
 __all__ = ["tensor_view", "tensor_from_array"]
 
 
@@ -29,15 +31,16 @@ def tensor_view(tensor):
     import torch  # an optional extra: only loaded once a tensor is passed
 
     if not tensor.is_contiguous():
-        raise ValueError(f"a non-contiguous tensor of shape {tuple(tensor.shape)} has no "
-                         "zero-copy view; pass tensor.contiguous() (a copy)")
+        raise InvalidArgumentError(f"a non-contiguous tensor of shape {tuple(tensor.shape)} has no "
+                                   "zero-copy view; pass tensor.contiguous() (a copy)")
     tensor = tensor.detach()
     if tensor.is_cuda:
         import cupy
 
         return cupy.from_dlpack(tensor)
     if tensor.device.type != "cpu":
-        raise ValueError(f"tensors on {tensor.device} are not supported; use CPU or CUDA tensors")
+        raise InvalidArgumentError(
+            f"tensors on {tensor.device} are not supported; use CPU or CUDA tensors")
     if tensor.dtype == torch.bfloat16:
         return tensor.view(torch.int16).numpy().view(bfloat16)
     return tensor.numpy()

@@ -5,6 +5,7 @@ import json
 import os
 import time
 
+from ..exceptions import InvalidStateError
 from .default import resolve_context
 from .trace import RECORDING
 
@@ -33,7 +34,7 @@ def timeline(path, ctx=None):
     """
     ctx = resolve_context(ctx)
     if RECORDING:
-        raise RuntimeError("hpcdist.timeline is already recording; nest no timelines")
+        raise InvalidStateError("hpcdist.timeline is already recording; nest no timelines")
     ctx.comm.Barrier()
     events = []
     RECORDING.append((events, time.perf_counter()))

@@ -3,6 +3,7 @@
 import os
 from dataclasses import dataclass
 
+from ..exceptions import InvalidArgumentError
 from .mpi import MPI
 
 __all__ = ["Topology", "detect_topology"]
@@ -44,8 +45,8 @@ def _ranks_per_node_override():
     if not value:
         return None
     if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"HPCDIST_RANKS_PER_NODE={value!r} should be a positive integer "
-                         f"(it groups consecutive ranks into simulated nodes)")
+        raise InvalidArgumentError(f"HPCDIST_RANKS_PER_NODE={value!r} should be a positive integer "
+                                   f"(it groups consecutive ranks into simulated nodes)")
     return int(value)
 
 

@@ -18,6 +18,7 @@ import weakref
 
 import numpy as np
 
+from ..exceptions import InvalidArgumentError
 from .abort import abort_job
 from .checks import format_ranks
 from .mpi import MPI
@@ -57,10 +58,11 @@ def stall_timeout_from_env():
     try:
         seconds = float(value)
     except ValueError:
-        raise ValueError(f"HPCDIST_STALL_TIMEOUT={value!r} should be a number of seconds "
-                         f"(0 turns the stall watchdog off)") from None
+        raise InvalidArgumentError(f"HPCDIST_STALL_TIMEOUT={value!r} should be a number of seconds "
+                                   f"(0 turns the stall watchdog off)") from None
     if seconds < 0:
-        raise ValueError(f"HPCDIST_STALL_TIMEOUT={value!r} should be >= 0 (0 turns it off)")
+        raise InvalidArgumentError(
+            f"HPCDIST_STALL_TIMEOUT={value!r} should be >= 0 (0 turns it off)")
     return seconds
 
 

@@ -20,6 +20,8 @@ import zlib
 import ml_dtypes
 import numpy as np
 
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
+
 __all__ = ["Compressor", "validate_ratio", "validate_positive_int", "call_seed", "kernel_input",
            "is_float_dtype", "kernel_dtype", "finish"]
 
@@ -41,18 +43,18 @@ def kernel_dtype(dtype):
 def validate_ratio(ratio, what):
     """Return ``ratio`` as a float in (0, 1] or raise ValueError naming it."""
     if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real):
-        raise TypeError(f"{what}: ratio={ratio!r} should be a real number in (0, 1]")
+        raise InvalidArgumentTypeError(f"{what}: ratio={ratio!r} should be a real number in (0, 1]")
     if not 0.0 < float(ratio) <= 1.0:
-        raise ValueError(f"{what}: ratio={ratio!r} should be in (0, 1], e.g. 0.01 for 1%")
+        raise InvalidArgumentError(f"{what}: ratio={ratio!r} should be in (0, 1], e.g. 0.01 for 1%")
     return float(ratio)
 
 
 def validate_positive_int(value, label, what):
     """Return ``value`` as an int >= 1 or raise (TypeError / ValueError naming it)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{what}: {label}={value!r} should be an integer >= 1")
+        raise InvalidArgumentTypeError(f"{what}: {label}={value!r} should be an integer >= 1")
     if int(value) < 1:
-        raise ValueError(f"{what}: {label}={value!r} should be >= 1")
+        raise InvalidArgumentError(f"{what}: {label}={value!r} should be >= 1")
     return int(value)
 
 
@@ -103,15 +105,15 @@ class Compressor:
         if not isinstance(x, np.ndarray):
             x = np.asarray(x)
         if self.requires_float and not is_float_dtype(x.dtype):
-            raise TypeError(f"{what}: dtype {x.dtype} of {name!r} is not a floating "
-                            f"dtype; pass float16/bfloat16/float32/float64 (e.g. "
-                            f"x.astype(np.float32))")
+            raise InvalidArgumentTypeError(f"{what}: dtype {x.dtype} of {name!r} is not a floating "
+                                           f"dtype; pass float16/bfloat16/float32/float64 (e.g. "
+                                           f"x.astype(np.float32))")
         if x.dtype.kind not in "biufc" and not is_float_dtype(x.dtype):
-            raise TypeError(f"{what}: dtype {x.dtype} of {name!r} is not numeric")
+            raise InvalidArgumentTypeError(f"{what}: dtype {x.dtype} of {name!r} is not numeric")
         spec = (tuple(x.shape), x.dtype)
         old = self._specs.setdefault(name, spec)
         if old != spec:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{what}: name {name!r} was first used with shape {old[0]} and dtype "
                 f"{old[1]}, now with shape {spec[0]} and dtype {spec[1]}; give each "
                 f"tensor its own name")

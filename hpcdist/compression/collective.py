@@ -4,6 +4,7 @@ import numpy as np
 
 from ..comm import allgather, allreduce, resolve_context
 from ..comm.ops import check_op_for_dtype
+from ..exceptions import InvalidArgumentError
 from .base import finish, kernel_dtype
 
 __all__ = ["compressed_allreduce"]
@@ -14,7 +15,7 @@ _OPS = ("mean", "sum")
 def _parse_op(op):
     text = str(getattr(op, "value", op)).lower()
     if text not in _OPS:
-        raise ValueError(f"compressed_allreduce: op={op!r} should be 'mean' or 'sum'")
+        raise InvalidArgumentError(f"compressed_allreduce: op={op!r} should be 'mean' or 'sum'")
     return text
 
 
@@ -119,8 +120,9 @@ def compressed_allreduce(x, compressor, *, name, op="mean", ctx=None):
     op = _parse_op(op)
     collective = getattr(compressor, "collective", None)
     if collective not in ("allreduce", "allgather"):
-        raise ValueError(f"compressed_allreduce: compressor {compressor!r} has collective="
-                         f"{collective!r}; expected 'allreduce' or 'allgather'")
+        raise InvalidArgumentError(
+            f"compressed_allreduce: compressor {compressor!r} has collective="
+            f"{collective!r}; expected 'allreduce' or 'allgather'")
     check_op_for_dtype(op, np.dtype(x.dtype))  # the mean of integers: as hpcdist.allreduce
     payload, meta = compressor.compress(x, name)
     start = ctx._begin("compressed_allreduce")

@@ -2,6 +2,7 @@
 import numpy as np
 
 from .. import kernels
+from ..exceptions import InvalidArgumentTypeError
 from .base import Compressor, kernel_dtype
 from .powersgd import PowerSGDCompressor
 
@@ -26,11 +27,13 @@ class ErrorFeedback(Compressor):
     def __init__(self, compressor):
         super().__init__()
         if isinstance(compressor, (PowerSGDCompressor, ErrorFeedback)):
-            raise TypeError(f"ErrorFeedback({type(compressor).__name__}): this compressor "
-                            f"already keeps its own error feedback; use it unwrapped")
+            raise InvalidArgumentTypeError(
+                f"ErrorFeedback({type(compressor).__name__}): this compressor "
+                f"already keeps its own error feedback; use it unwrapped")
         if not hasattr(compressor, "compress") or not hasattr(compressor, "decompress"):
-            raise TypeError(f"ErrorFeedback: {compressor!r} is not a compressor (needs "
-                            f"compress and decompress)")
+            raise InvalidArgumentTypeError(
+                f"ErrorFeedback: {compressor!r} is not a compressor (needs "
+                f"compress and decompress)")
         self.compressor = compressor
         self._residuals = {}
 

@@ -3,6 +3,7 @@ import numpy as np
 
 from .. import kernels
 from ..comm.mpi import world_rank
+from ..exceptions import InvalidArgumentError
 from .base import Compressor, finish, kernel_dtype, kernel_input, validate_positive_int
 
 __all__ = ["QSGDCompressor", "SignCompressor"]
@@ -34,8 +35,8 @@ class QSGDCompressor(Compressor):
         super().__init__()
         self.levels = validate_positive_int(levels, "levels", "QSGDCompressor")
         if self.levels > 32767:
-            raise ValueError(f"QSGDCompressor: levels={levels!r} should be <= 32767 "
-                             f"(levels are sent as int16)")
+            raise InvalidArgumentError(f"QSGDCompressor: levels={levels!r} should be <= 32767 "
+                                       f"(levels are sent as int16)")
         self.seed = world_rank() if seed is None else int(seed)
 
     def __repr__(self):

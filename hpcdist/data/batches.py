@@ -9,6 +9,7 @@ the number of batches can differ by one between ranks).
 import numpy as np
 
 from .._checks import check_int
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from ._checks import check_seed
 from .sampler import DistributedSampler
 
@@ -25,8 +26,9 @@ def _as_indices(n_or_indices):
         return np.arange(n, dtype=np.int64)
     indices = np.asarray(n_or_indices)
     if indices.ndim != 1 or (indices.size and indices.dtype.kind not in "iu"):
-        raise ValueError(f"n_or_indices should be an int or a 1-D integer array of indices, "
-                         f"got an array of shape {indices.shape} and dtype {indices.dtype}")
+        raise InvalidArgumentError(
+            f"n_or_indices should be an int or a 1-D integer array of indices, "
+            f"got an array of shape {indices.shape} and dtype {indices.dtype}")
     return indices.astype(np.int64, copy=False)
 
 
@@ -132,26 +134,29 @@ class BatchIterator:
     def __init__(self, *arrays, batch_size, shuffle=False, seed=None, drop_last=False,
                  sampler=None):
         if not arrays:
-            raise TypeError("BatchIterator needs at least one array, e.g. "
-                            "BatchIterator(X, y, batch_size=32)")
+            raise InvalidArgumentTypeError("BatchIterator needs at least one array, e.g. "
+                                           "BatchIterator(X, y, batch_size=32)")
         lengths = [len(a) for a in arrays]
         if len(set(lengths)) != 1:
-            raise ValueError(f"BatchIterator: the arrays should have the same number of rows, "
-                             f"got lengths {lengths}")
+            raise InvalidArgumentError(
+                f"BatchIterator: the arrays should have the same number of rows, "
+                f"got lengths {lengths}")
         self.arrays = arrays
         self.batch_size = check_int(batch_size, "batch_size", minimum=1)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         if sampler is not None:
             if not isinstance(sampler, DistributedSampler):
-                raise TypeError(f"sampler should be a DistributedSampler, got "
-                                f"{type(sampler).__name__}")
+                raise InvalidArgumentTypeError(f"sampler should be a DistributedSampler, got "
+                                               f"{type(sampler).__name__}")
             if self.shuffle:
-                raise ValueError("BatchIterator: shuffle=True with a sampler; the sampler "
-                                 "decides the order, so pass shuffle=False")
+                raise InvalidArgumentError(
+                    "BatchIterator: shuffle=True with a sampler; the sampler "
+                    "decides the order, so pass shuffle=False")
             if sampler.dataset_size != lengths[0]:
-                raise ValueError(f"BatchIterator: sampler.dataset_size={sampler.dataset_size} "
-                                 f"should equal the arrays' length {lengths[0]}")
+                raise InvalidArgumentError(
+                    f"BatchIterator: sampler.dataset_size={sampler.dataset_size} "
+                    f"should equal the arrays' length {lengths[0]}")
         self.sampler = sampler
         if seed is None:
             seed = int(np.random.SeedSequence().generate_state(1)[0])

@@ -15,6 +15,7 @@ from ..comm import gather, resolve_context
 from ..comm.agreement import agree_config
 from ..comm.checks import validated_on_every_rank
 from ..comm.threads import available_cores
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from .partition import DataPartitioner
 
 __all__ = ["from_dask", "to_dask"]
@@ -28,9 +29,10 @@ def _as_dask_array(data):
         return data
     if hasattr(data, "to_dask_array"):  # a Dask DataFrame or Series
         return data.to_dask_array(lengths=True)
-    raise TypeError(f"from_dask: expected a dask.array.Array or a Dask DataFrame, got "
-                    f"{type(data).__name__}; a NumPy array every rank holds goes through "
-                    "hpcdist.data.shard")
+    raise InvalidArgumentTypeError(
+        f"from_dask: expected a dask.array.Array or a Dask DataFrame, got "
+        f"{type(data).__name__}; a NumPy array every rank holds goes through "
+        "hpcdist.data.shard")
 
 
 def from_dask(array, *, ctx=None):
@@ -64,12 +66,13 @@ def from_dask(array, *, ctx=None):
     with validated_on_every_rank(ctx):
         array = _as_dask_array(array)
         if array.ndim == 0:
-            raise ValueError("from_dask: a 0-d array has no rows to split over ranks")
+            raise InvalidArgumentError("from_dask: a 0-d array has no rows to split over ranks")
         if any(math.isnan(size) for size in array.shape):
-            raise ValueError(f"from_dask: the array's shape {array.shape} has unknown sizes "
-                             "(nan), e.g. after boolean indexing; call "
-                             "array.compute_chunk_sizes() first (or, for a DataFrame, "
-                             "to_dask_array(lengths=True))")
+            raise InvalidArgumentError(
+                f"from_dask: the array's shape {array.shape} has unknown sizes "
+                "(nan), e.g. after boolean indexing; call "
+                "array.compute_chunk_sizes() first (or, for a DataFrame, "
+                "to_dask_array(lengths=True))")
     agree_config(ctx, "from_dask", {"shape": tuple(int(n) for n in array.shape),
                                     "dtype": np.dtype(array.dtype)})
     start, stop = DataPartitioner(int(array.shape[0]), ctx.size).get_partition(ctx.rank)
@@ -99,7 +102,8 @@ def to_dask(local, *, ctx=None, root=0):
     local = np.asarray(local)
     with validated_on_every_rank(ctx):
         if local.ndim == 0:
-            raise ValueError("to_dask: pass an array of rows (at least 1-D), not a scalar")
+            raise InvalidArgumentError(
+                "to_dask: pass an array of rows (at least 1-D), not a scalar")
     agree_config(ctx, "to_dask", {"dtype": local.dtype, "row shape": local.shape[1:]})
     counts = gather(np.array([len(local)]), root, ctx=ctx)
     rows = gather(local, root, ctx=ctx)

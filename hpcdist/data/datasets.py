@@ -17,6 +17,7 @@ from sklearn.model_selection import train_test_split
 
 from .._checks import check_int
 from ..comm import resolve_context
+from ..exceptions import InvalidArgumentError
 from ._checks import check_seed
 from .partition import DataPartitioner
 
@@ -69,7 +70,8 @@ def _finish(X_parts, y_parts, n_features, dtype):
 def _check_dtype(dtype):
     dtype = np.dtype(dtype)
     if dtype.kind != "f":
-        raise ValueError(f"dtype={dtype} should be a floating dtype such as float32 or float64")
+        raise InvalidArgumentError(
+            f"dtype={dtype} should be a floating dtype such as float32 or float64")
     return dtype
 
 
@@ -107,20 +109,21 @@ def make_blobs(n_samples=100, n_features=2, centers=3, *, cluster_std=1.0,
     dtype = _check_dtype(dtype)
     cluster_std = float(cluster_std)
     if not cluster_std >= 0:
-        raise ValueError(f"cluster_std={cluster_std} should be >= 0")
+        raise InvalidArgumentError(f"cluster_std={cluster_std} should be >= 0")
     if np.ndim(centers) == 0:
         n_centers = check_int(centers, "centers", minimum=1,
                               hint=" (a number of centres, or their coordinates)")
         low, high = (float(v) for v in center_box)
         if not low <= high:
-            raise ValueError(f"center_box={center_box!r} should be (low, high) with low <= high")
+            raise InvalidArgumentError(
+                f"center_box={center_box!r} should be (low, high) with low <= high")
         centre_points = _model_rng(random_state).uniform(low, high, size=(n_centers, n_features))
     else:
         centre_points = np.asarray(centers, dtype=np.float64)
         if (centre_points.ndim != 2 or centre_points.shape[1] != n_features
                 or not len(centre_points)):
-            raise ValueError(f"centers of shape {centre_points.shape} should have shape "
-                             f"(n_centers >= 1, n_features={n_features})")
+            raise InvalidArgumentError(f"centers of shape {centre_points.shape} should have shape "
+                                       f"(n_centers >= 1, n_features={n_features})")
         n_centers = len(centre_points)
 
     def block(rng, y):
@@ -175,13 +178,14 @@ def make_classification(n_samples=100, n_features=20, n_classes=2, *, n_informat
     dtype = _check_dtype(dtype)
     class_sep = float(class_sep)
     if not class_sep >= 0:
-        raise ValueError(f"class_sep={class_sep} should be >= 0")
+        raise InvalidArgumentError(f"class_sep={class_sep} should be >= 0")
     if n_informative + n_redundant > n_features:
-        raise ValueError(f"n_informative={n_informative} + n_redundant={n_redundant} should be "
-                         f"<= n_features={n_features}")
+        raise InvalidArgumentError(
+            f"n_informative={n_informative} + n_redundant={n_redundant} should be "
+            f"<= n_features={n_features}")
     if n_classes > 2 ** n_informative:
-        raise ValueError(f"n_classes={n_classes} should be <= 2 ** n_informative="
-                         f"{2 ** n_informative}; raise n_informative")
+        raise InvalidArgumentError(f"n_classes={n_classes} should be <= 2 ** n_informative="
+                                   f"{2 ** n_informative}; raise n_informative")
     n_noise = n_features - n_informative - n_redundant
     rng = _model_rng(random_state)
     # distinct vertices: the class codes' bits in the first `bits` dimensions,
@@ -232,10 +236,10 @@ def load_digits(ctx=None, *, split="train", test_size=0.25, random_state=0, dtyp
         The digit, 0..9.
     """
     if split not in _SPLITS:
-        raise ValueError(f"split={split!r} should be one of {_SPLITS}")
+        raise InvalidArgumentError(f"split={split!r} should be one of {_SPLITS}")
     test_size = float(test_size)
     if not 0.0 < test_size < 1.0:
-        raise ValueError(f"test_size={test_size} should be in (0, 1), e.g. 0.25")
+        raise InvalidArgumentError(f"test_size={test_size} should be in (0, 1), e.g. 0.25")
     random_state = check_seed(random_state, "random_state")
     dtype = _check_dtype(dtype)
     X, y = sklearn_digits(return_X_y=True)
@@ -273,5 +277,6 @@ def get_dataset(name, ctx=None, **kwargs):
     try:
         function = _REGISTRY[name]
     except (KeyError, TypeError):
-        raise ValueError(f"dataset name={name!r} is not known; use one of {DATASETS}") from None
+        raise InvalidArgumentError(
+            f"dataset name={name!r} is not known; use one of {DATASETS}") from None
     return function(ctx=ctx, **kwargs)

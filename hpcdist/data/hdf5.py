@@ -18,7 +18,14 @@ from .._arrays import to_host
 from .._hdf5_blocks import blocks_of, collective_dxpl, h5py_is_parallel, write_block, write_empty
 from ..comm import allgather_object, resolve_context
 from ..comm.checks import format_ranks, raise_on_every_rank, validated_on_every_rank
-from ..exceptions import DataFileError, DataFileNotFoundError, HpcdistError, MissingDatasetError
+from ..exceptions import (
+    DataFileError,
+    DataFileNotFoundError,
+    HpcdistError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    MissingDatasetError,
+)
 from .partition import DataPartitioner
 
 __all__ = ["load_hdf5", "save_hdf5"]
@@ -33,18 +40,20 @@ def _validated(ctx):
 
 def _check_axis(axis, ndim, what):
     if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, numbers.Integral):
-        raise TypeError(f"{what}: axis={axis!r} should be an int")
+        raise InvalidArgumentTypeError(f"{what}: axis={axis!r} should be an int")
     if ndim == 0:
-        raise ValueError(f"{what}: a 0-d dataset cannot be split over ranks; read it with h5py")
+        raise InvalidArgumentError(
+            f"{what}: a 0-d dataset cannot be split over ranks; read it with h5py")
     if not -ndim <= axis < ndim:
-        raise ValueError(f"{what}: axis={axis} is out of range for {ndim} dimensions")
+        raise InvalidArgumentError(f"{what}: axis={axis} is out of range for {ndim} dimensions")
     return int(axis) % ndim
 
 
 def _check_name(dataset, what):
     if not isinstance(dataset, str) or not dataset.strip("/"):
-        raise TypeError(f"{what}: dataset={dataset!r} should be a non-empty str such as 'X' or "
-                        "'group/X'")
+        raise InvalidArgumentTypeError(
+            f"{what}: dataset={dataset!r} should be a non-empty str such as 'X' or "
+            "'group/X'")
     return dataset
 
 
@@ -146,12 +155,13 @@ def _gathered_shape(infos, axis, what):
             groups = {}
             for rank, value in enumerate(values):
                 groups.setdefault(value, []).append(rank)
-            raise ValueError(f"{what}: ranks passed different {label}s: " + ", ".join(
+            raise InvalidArgumentError(f"{what}: ranks passed different {label}s: " + ", ".join(
                 f"{value} on {format_ranks(ranks)}" for value, ranks in groups.items()))
     others = [info[0][:axis] + info[0][axis + 1:] for info in infos]
     if len(set(others)) > 1:
-        raise ValueError(f"{what}: the blocks' shapes must agree apart from axis {axis}, got "
-                         + ", ".join(f"rank {rank} {info[0]}" for rank, info in enumerate(infos)))
+        raise InvalidArgumentError(
+            f"{what}: the blocks' shapes must agree apart from axis {axis}, got "
+            + ", ".join(f"rank {rank} {info[0]}" for rank, info in enumerate(infos)))
     lengths = [info[0][axis] for info in infos]
     shape = infos[0][0][:axis] + (sum(lengths),) + infos[0][0][axis + 1:]
     return shape, [int(x) for x in np.concatenate([[0], np.cumsum(lengths)])]
@@ -204,8 +214,9 @@ def save_hdf5(path, dataset, local, *, ctx=None, axis=0):
         try:
             h5py.h5t.py_create(local.dtype, logical=True)
         except TypeError:
-            raise TypeError(f"{what}: HDF5 cannot store dtype {local.dtype}; convert the array "
-                            "(e.g. to a numeric or fixed-length bytes dtype)") from None
+            raise InvalidArgumentTypeError(
+                f"{what}: HDF5 cannot store dtype {local.dtype}; convert the array "
+                "(e.g. to a numeric or fixed-length bytes dtype)") from None
     infos = allgather_object((local.shape, local.dtype.str, axis), ctx=ctx)
     with _validated(ctx):
         shape, offsets = _gathered_shape(infos, axis, what)

@@ -10,6 +10,7 @@ import numpy as np
 from .._checks import check_int
 from .._partition import balanced_counts, offsets_of
 from ..comm import resolve_context
+from ..exceptions import InvalidArgumentTypeError
 from ._checks import check_rank
 
 __all__ = ["DataPartitioner", "shard"]
@@ -115,8 +116,9 @@ def shard(X, ctx=None):
     """
     if (isinstance(X, (str, bytes)) or getattr(X, "ndim", 1) == 0
             or not hasattr(X, "__len__") or not hasattr(X, "__getitem__")):
-        raise TypeError(f"shard: X should be an array with at least one dimension, got "
-                        f"{type(X).__name__} {X!r:.80}")
+        raise InvalidArgumentTypeError(
+            f"shard: X should be an array with at least one dimension, got "
+            f"{type(X).__name__} {X!r:.80}")
     ctx = resolve_context(ctx)
     start, stop = DataPartitioner(len(X), ctx.size).get_partition(ctx.rank)
     return X[start:stop]

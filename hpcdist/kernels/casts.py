@@ -9,6 +9,7 @@ import numpy as np
 
 from .._numba import JIT_PARALLEL, njit, prange
 from ..comm.sixteen_bit_floats import half_bits, half_format, half_value
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from ._arrays import check_dtype, flat_float, is_cupy
 
 __all__ = ["to_half", "from_half", "BFLOAT16"]
@@ -50,7 +51,7 @@ def to_half(x, kind="float16"):
         uint16 array of the bfloat16 bit patterns (:func:`from_half` reads it).
     """
     if kind not in _KINDS:
-        raise ValueError(f"kind={kind!r} should be 'float16' or 'bfloat16'")
+        raise InvalidArgumentError(f"kind={kind!r} should be 'float16' or 'bfloat16'")
     flat = flat_float(x)
     if is_cupy(flat):
         from ._cupy import to_half as cupy_to_half
@@ -93,8 +94,8 @@ def from_half(h, dtype=np.float32):
         from ._cupy import from_half as cupy_from_half
         return cupy_from_half(h, dtype)
     if not hasattr(h, "dtype") or np.dtype(h.dtype) not in (np.dtype(np.float16), BFLOAT16):
-        raise TypeError(f"h should be a float16 or bfloat16 array, got "
-                        f"{getattr(h, 'dtype', type(h).__name__)}")
+        raise InvalidArgumentTypeError(f"h should be a float16 or bfloat16 array, got "
+                                       f"{getattr(h, 'dtype', type(h).__name__)}")
     flat = np.ascontiguousarray(h).reshape(-1)
     if dtype == np.float32:
         kind = "bfloat16" if flat.dtype == BFLOAT16 else "float16"

@@ -2,6 +2,7 @@
 import numpy as np
 
 from .._numba import JIT, JIT_PARALLEL, njit, prange
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from ._arrays import check_same_size, flat_float, flat_out, is_cupy
 
 __all__ = ["scatter_add", "scale_add", "error_feedback_update"]
@@ -56,14 +57,14 @@ def scatter_add(dense, indices, values, scale=1.0):
     """
     flat = flat_out(dense, "dense")
     if not hasattr(indices, "dtype") or indices.dtype.kind not in "iu":
-        raise TypeError(f"indices should be an integer array, got "
-                        f"{getattr(indices, 'dtype', type(indices).__name__)}")
+        raise InvalidArgumentTypeError(f"indices should be an integer array, got "
+                                       f"{getattr(indices, 'dtype', type(indices).__name__)}")
     indices = indices.reshape(-1)
     vals = flat_float(values, "values")
     check_same_size(indices, vals, "indices", "values")
     if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= flat.size):
-        raise ValueError(f"indices span [{int(indices.min())}, {int(indices.max())}] but "
-                         f"should lie in [0, {flat.size}) for dense of size {flat.size}")
+        raise InvalidArgumentError(f"indices span [{int(indices.min())}, {int(indices.max())}] but "
+                                   f"should lie in [0, {flat.size}) for dense of size {flat.size}")
     if is_cupy(flat):
         from ._cupy import scatter_add as cupy_scatter_add
         cupy_scatter_add(flat, indices, vals.astype(flat.dtype, copy=False), scale)

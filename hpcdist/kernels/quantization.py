@@ -3,6 +3,7 @@ import numpy as np
 
 from .._checks import check_int
 from .._numba import JIT, JIT_PARALLEL, njit, num_threads, prange
+from ..exceptions import InvalidArgumentTypeError
 from ._arrays import check_dtype, check_scales, flat_float, flat_payload, is_cupy, n_chunks
 
 __all__ = ["qsgd_quantize", "qsgd_dequantize", "int8_quantize", "int8_dequantize"]
@@ -198,8 +199,9 @@ def qsgd_dequantize(norm, q, levels, dtype=np.float32):
     levels = check_int(levels, "levels", 1, 32767)
     dtype = check_dtype(dtype)
     if not hasattr(q, "dtype") or q.dtype not in (np.int8, np.int16):
-        raise TypeError(f"q should be an int8 or int16 array from qsgd_quantize, got "
-                        f"{getattr(q, 'dtype', type(q).__name__)}")
+        raise InvalidArgumentTypeError(
+            f"q should be an int8 or int16 array from qsgd_quantize, got "
+            f"{getattr(q, 'dtype', type(q).__name__)}")
     q = q.reshape(-1)
     factor = dtype.type(float(norm) / levels)
     if is_cupy(q):

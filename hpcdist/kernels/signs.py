@@ -5,6 +5,7 @@ import numpy as np
 
 from .._checks import check_int
 from .._numba import JIT, JIT_PARALLEL, njit, prange
+from ..exceptions import InvalidArgumentError
 from ._arrays import (
     check_dtype,
     check_same_size,
@@ -173,7 +174,7 @@ def _checked_payload(packed, scales, n, chunk_size):
     chunk_size = check_int(chunk_size, "chunk_size", 1)
     packed = flat_payload(packed, np.uint8, "packed", "sign_pack")
     if packed.size != n_chunks(n, 8):
-        raise ValueError(f"packed has {packed.size} bytes; n={n} needs {n_chunks(n, 8)}")
+        raise InvalidArgumentError(f"packed has {packed.size} bytes; n={n} needs {n_chunks(n, 8)}")
     check_scales(scales, n, chunk_size)
     return packed, chunk_size
 

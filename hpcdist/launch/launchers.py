@@ -4,6 +4,8 @@ import os
 import shutil
 import sys
 
+from ..exceptions import InvalidArgumentError, LauncherNotFoundError
+
 __all__ = ["LAUNCHERS", "choose_launcher", "find_mpiexec"]
 
 LAUNCHERS = ("auto", "mpiexec", "srun")
@@ -12,7 +14,7 @@ LAUNCHERS = ("auto", "mpiexec", "srun")
 def choose_launcher(launcher="auto", environ=None):
     """``"srun"`` inside a SLURM allocation (when srun exists), else ``"mpiexec"``."""
     if launcher not in LAUNCHERS:
-        raise ValueError(f"launcher={launcher!r} should be one of {', '.join(LAUNCHERS)}")
+        raise InvalidArgumentError(f"launcher={launcher!r} should be one of {', '.join(LAUNCHERS)}")
     if launcher != "auto":
         return launcher
     environ = os.environ if environ is None else environ
@@ -35,5 +37,5 @@ def find_mpiexec():
     found = shutil.which("mpiexec") or shutil.which("mpirun")
     if found:
         return found
-    raise FileNotFoundError("no mpiexec found next to this Python or on PATH; install an MPI "
+    raise LauncherNotFoundError("no mpiexec found next to this Python or on PATH; install an MPI "
                             "(pip install 'hpcdist[mpich]', or load your cluster's MPI module)")

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from .._preemption import EXIT_RESUME
+from ..exceptions import InvalidArgumentError, LauncherNotFoundError
 from .environment import clean_environment
 from .launchers import choose_launcher, find_mpiexec
 
@@ -72,13 +73,14 @@ def build_command(command, n, launcher="auto", *, launcher_args=()):
         Extra options for the launcher (e.g. ``--oversubscribe`` for Open MPI).
     """
     if not command:
-        raise ValueError("hpcdist run: no command given; usage: hpcdist run -n N -- CMD ...")
+        raise InvalidArgumentError(
+            "hpcdist run: no command given; usage: hpcdist run -n N -- CMD ...")
     if int(n) != n or n < 1:
-        raise ValueError(f"hpcdist run: -n {n} should be a whole number >= 1")
+        raise InvalidArgumentError(f"hpcdist run: -n {n} should be a whole number >= 1")
     chosen = choose_launcher(launcher)
     program = shutil.which("srun") if chosen == "srun" else find_mpiexec()
     if program is None:
-        raise FileNotFoundError("hpcdist run: srun not found on PATH; use --launcher mpiexec")
+        raise LauncherNotFoundError("hpcdist run: srun not found on PATH; use --launcher mpiexec")
     wrapper = [sys.executable, "-m", "hpcdist.launch.rank_wrapper"]
     return [program, *launcher_args, "-n", str(int(n)), *wrapper, *command]
 
@@ -149,7 +151,7 @@ def run_job(command, n, *, launcher="auto", max_restarts=0, backoff=1.0, max_bac
     """
     log = sys.stderr if log is None else log
     if max_restarts < 0:
-        raise ValueError(f"hpcdist run: --max-restarts {max_restarts} should be >= 0")
+        raise InvalidArgumentError(f"hpcdist run: --max-restarts {max_restarts} should be >= 0")
     argv = build_command(command, n, launcher, launcher_args=launcher_args)
     attempts, failures = [], 0
     started = time.perf_counter()

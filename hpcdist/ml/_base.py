@@ -26,6 +26,7 @@ from .._arrays import is_cupy
 from ..comm import allreduce, broadcast_object, resolve_context
 from ..comm.agreement import agree_config
 from ..comm.checks import mark_raised_on_every_rank, validated_on_every_rank
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from ._checkpointing import FitCheckpointing
 from ._validation import check_device_rows
 
@@ -55,7 +56,8 @@ def accepts_local_keywords(method):
                 continue
             where = f"{type(self).__name__}.{method.__name__}"
             if new in kwargs or positions[new] < len(args):
-                raise TypeError(f"{where}: got both {new} and its old name {old}=; pass {new}")
+                raise InvalidArgumentTypeError(
+                    f"{where}: got both {new} and its old name {old}=; pass {new}")
             warnings.warn(f"{where}: the keyword {old}= is renamed {new}= (this rank's rows, as "
                           f"before); {old}= will stop working in a future release",
                           FutureWarning, stacklevel=2)
@@ -244,8 +246,9 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
         """
         vector = np.asarray(vector, dtype=np.float64).ravel()
         if vector.size != expected:
-            raise ValueError(f"{type(self).__name__}.set_parameters: got {vector.size} values, "
-                             f"the model has {expected} {what}")
+            raise InvalidArgumentError(
+                f"{type(self).__name__}.set_parameters: got {vector.size} values, "
+                f"the model has {expected} {what}")
         return vector
 
     # -- trainer protocol ------------------------------------------------------------------

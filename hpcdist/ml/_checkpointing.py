@@ -14,6 +14,7 @@ import numpy as np
 
 from .._preemption import Preempted, PreemptionHandler
 from ..comm import broadcast_object
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["FitCheckpointing", "optimizer_to_tree", "optimizer_from_tree"]
 
@@ -35,15 +36,15 @@ class FitCheckpointing:
     def __init__(self, estimator, checkpoint, every, ctx):
         name = type(estimator).__name__
         if checkpoint is None and every is not None:
-            raise ValueError(f"{name}.fit: checkpoint_every={every} needs checkpoint= (a "
-                             "hpcdist.checkpoint.CheckpointManager)")
+            raise InvalidArgumentError(f"{name}.fit: checkpoint_every={every} needs checkpoint= (a "
+                                       "hpcdist.checkpoint.CheckpointManager)")
         if checkpoint is not None and not all(hasattr(checkpoint, method) for method in
                                               ("save", "restore", "latest_step")):
-            raise TypeError(f"{name}.fit: checkpoint={checkpoint!r} should be a "
-                            "hpcdist.checkpoint.CheckpointManager")
+            raise InvalidArgumentTypeError(f"{name}.fit: checkpoint={checkpoint!r} should be a "
+                                           "hpcdist.checkpoint.CheckpointManager")
         if every is not None and (isinstance(every, bool) or int(every) != every or every < 1):
-            raise ValueError(f"{name}.fit: checkpoint_every={every!r} should be a whole "
-                             "number >= 1")
+            raise InvalidArgumentError(f"{name}.fit: checkpoint_every={every!r} should be a whole "
+                                       "number >= 1")
         self.estimator = estimator
         self.checkpoint = checkpoint
         self.every = None if every is None else int(every)

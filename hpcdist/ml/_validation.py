@@ -18,6 +18,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from .._arrays import is_cupy
 from ..comm import allgather_object
 from ..comm.checks import format_ranks, validated_on_every_rank
+from ..exceptions import InvalidArgumentError
 
 __all__ = ["check_local_data", "check_device_rows", "LocalData"]
 
@@ -39,19 +40,22 @@ def check_device_rows(X, name):
     import cupy
 
     if X.ndim != 2:
-        raise ValueError(f"{name}: expected a 2D array, got {X.ndim}D; reshape it with "
-                         "X.reshape(-1, 1) for one feature or X.reshape(1, -1) for one sample")
+        raise InvalidArgumentError(
+            f"{name}: expected a 2D array, got {X.ndim}D; reshape it with "
+            "X.reshape(-1, 1) for one feature or X.reshape(1, -1) for one sample")
     if X.dtype.kind == "c":
-        raise ValueError(f"{name}: Complex data not supported")
+        raise InvalidArgumentError(f"{name}: Complex data not supported")
     if X.dtype.kind not in "fiub":
-        raise ValueError(f"{name}: X has dtype {X.dtype}; pass numbers")
+        raise InvalidArgumentError(f"{name}: X has dtype {X.dtype}; pass numbers")
     if X.dtype not in (np.float32, np.float64):
         X = X.astype(np.float64)
     if X.shape[1] < 1:
-        raise ValueError(f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of "
-                         "1 is required.")
+        raise InvalidArgumentError(
+            f"Found array with 0 feature(s) (shape={X.shape}) while a minimum of "
+            "1 is required.")
     if len(X) and not bool(cupy.isfinite(X).all()):
-        raise ValueError(f"{name}: Input X contains NaN or infinity; remove or impute them")
+        raise InvalidArgumentError(
+            f"{name}: Input X contains NaN or infinity; remove or impute them")
     return cupy.ascontiguousarray(X)
 
 
@@ -127,8 +131,8 @@ def check_local_data(ctx, X, y=None, *, name, dtype=(np.float64, np.float32),
         else:
             X = check_array(X, dtype=dtype, ensure_min_samples=0, input_name="X")
         if y is None and y_required:
-            raise ValueError(f"{name} requires y to be passed, but the target y is None; "
-                             "pass this rank's targets")
+            raise InvalidArgumentError(f"{name} requires y to be passed, but the target y is None; "
+                                       "pass this rank's targets")
         if y is not None:
             y = np.asarray(y)
             if y.ndim == 2 and y.shape[1] == 1 and not multi_output:
@@ -138,18 +142,20 @@ def check_local_data(ctx, X, y=None, *, name, dtype=(np.float64, np.float32),
                               DataConversionWarning, stacklevel=5)
                 y = y.ravel()
             if y.ndim not in ((1, 2) if multi_output else (1,)):
-                raise ValueError(f"{name}: y has shape {y.shape}; pass a 1-D array of "
-                                 f"{'targets' if multi_output else 'labels'} per row")
+                raise InvalidArgumentError(f"{name}: y has shape {y.shape}; pass a 1-D array of "
+                                           f"{'targets' if multi_output else 'labels'} per row")
             if len(y) != len(X):
-                raise ValueError(f"{name}: X has {len(X)} rows but y has {len(y)}; pass one "
-                                 "target per row")
+                raise InvalidArgumentError(
+                    f"{name}: X has {len(X)} rows but y has {len(y)}; pass one "
+                    "target per row")
             if not classification:
                 y = check_array(y, dtype=dtype, ensure_2d=False, ensure_min_samples=0,
                                 input_name="y")
             else:
                 if y.dtype.kind == "f" and not np.isfinite(y).all():
-                    raise ValueError(f"{name}: y contains NaN or infinity; labels must be "
-                                     "finite")
+                    raise InvalidArgumentError(
+                        f"{name}: y contains NaN or infinity; labels must be "
+                        "finite")
                 check_classification_targets(y)
     facts = (len(X), X.shape[1], None if not classification else np.unique(y))
     all_facts = allgather_object(facts, ctx=ctx) if ctx.size > 1 else [facts]
@@ -159,17 +165,20 @@ def check_local_data(ctx, X, y=None, *, name, dtype=(np.float64, np.float32),
         widths.setdefault(f[1], []).append(rank)
     if len(widths) > 1:
         listing = ", ".join(f"{format_ranks(r)}: {w}" for w, r in widths.items())
-        raise ValueError(f"{name}: X has a different number of features on different ranks "
-                         f"({listing}); every rank must pass the same columns")
+        raise InvalidArgumentError(
+            f"{name}: X has a different number of features on different ranks "
+            f"({listing}); every rank must pass the same columns")
     width = all_facts[0][1]
     if n_features is not None and width != n_features:
         estimator = name.partition(".")[0]
-        raise ValueError(f"{name}: X has {width} features, but {estimator} is expecting "
-                         f"{n_features} features as input (it was fitted with {n_features})")
+        raise InvalidArgumentError(
+            f"{name}: X has {width} features, but {estimator} is expecting "
+            f"{n_features} features as input (it was fitted with {n_features})")
     short = [rank for rank, count in enumerate(counts) if count < min_local_rows]
     if short:
-        raise ValueError(f"{name}: {format_ranks(short)} got "
-                         f"{[counts[r] for r in short]} rows, fewer than the {min_local_rows} "
-                         "needed per rank; give every rank more rows or use fewer ranks")
+        raise InvalidArgumentError(
+            f"{name}: {format_ranks(short)} got "
+            f"{[counts[r] for r in short]} rows, fewer than the {min_local_rows} "
+            "needed per rank; give every rank more rows or use fewer ranks")
     labels = [f[2] for f in all_facts] if classification else None
     return LocalData(X, y, width, counts, labels)

@@ -20,6 +20,7 @@ from .. import nn
 from .._partition import balanced_counts
 from ..comm import allreduce
 from ..comm.checks import agree, format_ranks, mark_raised_on_every_rank, validated_on_every_rank
+from ..exceptions import InvalidArgumentError
 from ..nn.optim import SGD, Adam
 from ..parallel import DistributedDataParallel
 from ._base import DistributedClassifierMixin, DistributedEstimator, accepts_local_keywords
@@ -73,24 +74,27 @@ class _BaseMLP(DistributedEstimator):
         sizes = self.hidden_layer_sizes
         sizes = (sizes,) if np.isscalar(sizes) else tuple(sizes)
         if any(int(s) != s or s < 1 for s in sizes):
-            raise ValueError(f"{name}: hidden_layer_sizes={self.hidden_layer_sizes!r} should "
-                             "hold positive integers")
+            raise InvalidArgumentError(
+                f"{name}: hidden_layer_sizes={self.hidden_layer_sizes!r} should "
+                "hold positive integers")
         for option, value, choices in (("activation", self.activation, _ACTIVATIONS),
                                        ("solver", self.solver, _SOLVERS),
                                        ("strategy", self.strategy, _STRATEGIES)):
             if value not in choices:
-                raise ValueError(f"{name}: {option}={value!r} is not supported; choose one "
-                                 f"of {sorted(choices)}")
+                raise InvalidArgumentError(
+                    f"{name}: {option}={value!r} is not supported; choose one "
+                    f"of {sorted(choices)}")
         for option, value, low in (("learning_rate_init", self.learning_rate_init, 0.0),
                                    ("batch_size", self.batch_size, 1),
                                    ("max_iter", self.max_iter, 1),
                                    ("n_iter_no_change", self.n_iter_no_change, 1)):
             if not (np.isscalar(value) and value >= low) or (option == "learning_rate_init"
                                                              and value == 0):
-                raise ValueError(f"{name}: {option}={value!r} should be "
-                                 f"{'> 0' if low == 0.0 else f'>= {low}'}")
+                raise InvalidArgumentError(f"{name}: {option}={value!r} should be "
+                                           f"{'> 0' if low == 0.0 else f'>= {low}'}")
         if self.alpha < 0 or self.tol < 0:
-            raise ValueError(f"{name}: alpha={self.alpha} and tol={self.tol} should be >= 0")
+            raise InvalidArgumentError(
+                f"{name}: alpha={self.alpha} and tol={self.tol} should be >= 0")
         return tuple(int(s) for s in sizes)
 
     def _validate(self, X, y, ctx, fitted):
@@ -102,7 +106,7 @@ class _BaseMLP(DistributedEstimator):
         short = [r for r, (n, b) in enumerate(zip(data.counts, batch_shares)) if n < b]
         if short:
             r = short[0]
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{name}: {format_ranks(short)} got {data.counts[r]} sample(s) (n_samples="
                 f"{data.n_global} over all ranks), fewer than its share {batch_shares[r]} of "
                 f"batch_size={self.batch_size} over {ctx.size} ranks; lower batch_size or "
@@ -429,16 +433,18 @@ class MLPClassifier(DistributedClassifierMixin, _BaseMLP):
         if first_call:
             self.classes_ = data.classes() if classes is None else classes
             if len(self.classes_) < 2:
-                raise ValueError(f"MLPClassifier.fit: all ranks together have only the "
-                                 f"label(s) {self.classes_.tolist()}; need at least 2 classes")
+                raise InvalidArgumentError(
+                    f"MLPClassifier.fit: all ranks together have only the "
+                    f"label(s) {self.classes_.tolist()}; need at least 2 classes")
         elif classes is not None and not np.array_equal(classes, self.classes_):
-            raise ValueError(f"MLPClassifier.partial_fit: classes={classes.tolist()} is not "
-                             f"the classes_ {self.classes_.tolist()} fixed by the first call")
+            raise InvalidArgumentError(
+                f"MLPClassifier.partial_fit: classes={classes.tolist()} is not "
+                f"the classes_ {self.classes_.tolist()} fixed by the first call")
         unknown = {r: np.setdiff1d(labels, self.classes_).tolist()
                    for r, labels in enumerate(data.labels)
                    if np.setdiff1d(labels, self.classes_).size}
         if unknown:
-            raise mark_raised_on_every_rank(ValueError(
+            raise mark_raised_on_every_rank(InvalidArgumentError(
                 f"MLPClassifier: labels {unknown} (by rank) are not among the classes "
                 f"{self.classes_.tolist()} fixed by the first call; pass every label in the "
                 "first call to fit/partial_fit on some rank, or all of them as classes="))
@@ -483,8 +489,9 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
 
     def _targets(self, data, first_call, ctx, classes=None):
         if classes is not None:
-            raise ValueError(f"MLPRegressor.partial_fit: classes={classes!r} is for classifiers; "
-                             "a regressor has none")
+            raise InvalidArgumentError(
+                f"MLPRegressor.partial_fit: classes={classes!r} is for classifiers; "
+                "a regressor has none")
         y = data.y.reshape(len(data.y), -1).astype(data.X.dtype, copy=False)
         if first_call:
             self.n_outputs_ = y.shape[1]
@@ -493,8 +500,9 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
             self._criterion = nn.MSELoss()
             self._build(data.n_features, self.n_outputs_, data.X.dtype)
         elif y.shape[1] != self.n_outputs_:
-            raise ValueError(f"MLPRegressor: y has {y.shape[1]} outputs, the model was fitted "
-                             f"with {self.n_outputs_}")
+            raise InvalidArgumentError(
+                f"MLPRegressor: y has {y.shape[1]} outputs, the model was fitted "
+                f"with {self.n_outputs_}")
         return y
 
     def __sklearn_tags__(self):

@@ -8,6 +8,7 @@ import math
 import numpy as np
 from scipy.special import erf
 
+from ..exceptions import InvalidArgumentError
 from .layers import cached, check_grad_output, compute_dtype, float_input
 from .module import Module, array_module
 
@@ -86,8 +87,9 @@ class GELU(Module):
     def __init__(self, approximate="none"):
         super().__init__()
         if approximate not in ("none", "tanh"):
-            raise ValueError(f"GELU: approximate={approximate!r} should be 'none' (exact, "
-                             "with erf) or 'tanh' (the tanh approximation)")
+            raise InvalidArgumentError(
+                f"GELU: approximate={approximate!r} should be 'none' (exact, "
+                "with erf) or 'tanh' (the tanh approximation)")
         self.approximate = approximate
 
     def forward(self, x):

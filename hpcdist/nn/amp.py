@@ -69,6 +69,7 @@ import numbers
 import numpy as np
 
 from ..comm import allreduce, broadcast
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from .module import Module, Parameter, array_module
 from .optim.optimizer import Optimizer
 
@@ -112,10 +113,12 @@ def _float_dtype(owner, dtype):
     try:
         dtype = np.dtype(dtype)
     except TypeError:
-        raise TypeError(f"{owner}: dtype={dtype!r} is not a dtype; use numpy.float16") from None
+        raise InvalidArgumentTypeError(
+            f"{owner}: dtype={dtype!r} is not a dtype; use numpy.float16") from None
     if dtype.kind != "f" and dtype.name != "bfloat16":
-        raise TypeError(f"{owner}: dtype={dtype} should be a floating-point dtype such as "
-                        "numpy.float16")
+        raise InvalidArgumentTypeError(
+            f"{owner}: dtype={dtype} should be a floating-point dtype such as "
+            "numpy.float16")
     return dtype
 
 
@@ -157,8 +160,9 @@ class DynamicLossScaler:
         if isinstance(growth_interval, bool) or not isinstance(growth_interval,
                                                                numbers.Integral) \
                 or growth_interval < 1:
-            raise ValueError(f"DynamicLossScaler: growth_interval={growth_interval!r} should "
-                             "be an integer >= 1")
+            raise InvalidArgumentError(
+                f"DynamicLossScaler: growth_interval={growth_interval!r} should "
+                "be an integer >= 1")
         self.growth_interval = int(growth_interval)
         self.ctx = ctx
         self.skipped_steps = 0
@@ -227,10 +231,11 @@ class DynamicLossScaler:
                 if not p.requires_grad or p.grad is None:
                     continue
                 if p.grad.dtype.itemsize < 4:
-                    raise TypeError(f"DynamicLossScaler.unscale: a gradient has dtype "
-                                    f"{p.grad.dtype}, where dividing by the scale would "
-                                    "underflow; train 16-bit parameters with MixedPrecision "
-                                    "(float32 master weights)")
+                    raise InvalidArgumentTypeError(
+                        f"DynamicLossScaler.unscale: a gradient has dtype "
+                        f"{p.grad.dtype}, where dividing by the scale would "
+                        "underflow; train 16-bit parameters with MixedPrecision "
+                        "(float32 master weights)")
                 p.grad *= inverse
                 grads.append(p.grad)
         found = self.found_overflow(grads)
@@ -296,7 +301,7 @@ class DynamicLossScaler:
 
 def _check_real(name, value, ok, text):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not ok(value):
-        raise ValueError(f"DynamicLossScaler: {name}={value!r} should be a number {text}")
+        raise InvalidArgumentError(f"DynamicLossScaler: {name}={value!r} should be a number {text}")
     return float(value)
 
 
@@ -341,8 +346,9 @@ class MixedPrecision:
                  init_scale=2.0 ** 16, growth_factor=2.0, backoff_factor=0.5,
                  growth_interval=2000, ctx=None):
         if not isinstance(module, Module):
-            raise TypeError(f"MixedPrecision: module is a {type(module).__name__}, not an "
-                            "hpcdist.nn.Module")
+            raise InvalidArgumentTypeError(
+                f"MixedPrecision: module is a {type(module).__name__}, not an "
+                "hpcdist.nn.Module")
         self.dtype = _float_dtype("MixedPrecision", dtype)
         self.master_dtype = _float_dtype("MixedPrecision", master_dtype)
         self.scaler = DynamicLossScaler(init_scale, growth_factor, backoff_factor,
@@ -352,9 +358,10 @@ class MixedPrecision:
         self.params = list({id(p): p for p in module.parameters()}.values())
         for name, p in module.named_parameters():
             if p.data.dtype.kind != "f":
-                raise TypeError(f"MixedPrecision: parameter {name!r} has dtype {p.data.dtype}; "
-                                "only floating-point parameters can be trained in mixed "
-                                "precision")
+                raise InvalidArgumentTypeError(
+                    f"MixedPrecision: parameter {name!r} has dtype {p.data.dtype}; "
+                    "only floating-point parameters can be trained in mixed "
+                    "precision")
         # masters from the original values, before they are rounded to float16
         self.master_params = [Parameter(p.data.astype(self.master_dtype, copy=True),
                                         requires_grad=p.requires_grad) for p in self.params]
@@ -371,20 +378,22 @@ class MixedPrecision:
     def _bind_optimizer(self, optimizer):
         if not isinstance(optimizer, Optimizer):
             if not callable(optimizer):
-                raise TypeError(f"MixedPrecision: optimizer is a {type(optimizer).__name__}; "
-                                "pass an Optimizer or a function building one from a list "
-                                "of parameters")
+                raise InvalidArgumentTypeError(
+                    f"MixedPrecision: optimizer is a {type(optimizer).__name__}; "
+                    "pass an Optimizer or a function building one from a list "
+                    "of parameters")
             built = optimizer(list(self.master_params))
             if not isinstance(built, Optimizer):
-                raise TypeError(f"MixedPrecision: the optimizer factory returned a "
-                                f"{type(built).__name__}, not an hpcdist Optimizer")
+                raise InvalidArgumentTypeError(f"MixedPrecision: the optimizer factory returned a "
+                                               f"{type(built).__name__}, not an hpcdist Optimizer")
             return built
         master_of = {id(p): master for p, master in zip(self.params, self.master_params)}
         for index, group in enumerate(optimizer.param_groups):
             for p in group["params"]:
                 if id(p) not in master_of:
-                    raise ValueError(f"MixedPrecision: the optimizer's param group {index} "
-                                     f"holds a {p!r} that is not a parameter of the module")
+                    raise InvalidArgumentError(
+                        f"MixedPrecision: the optimizer's param group {index} "
+                        f"holds a {p!r} that is not a parameter of the module")
         optimizer.state = {master_of[id(p)]: state for p, state in optimizer.state.items()}
         for group in optimizer.param_groups:
             group["params"] = [master_of[id(p)] for p in group["params"]]
@@ -481,13 +490,15 @@ class MixedPrecision:
         """Restore a :meth:`state_dict`: masters, compute weights, optimizer and scale."""
         masters = state["master_params"]
         if len(masters) != len(self.master_params):
-            raise ValueError(f"MixedPrecision.load_state_dict: the state has {len(masters)} "
-                             f"master parameters, the module {len(self.master_params)}")
+            raise InvalidArgumentError(
+                f"MixedPrecision.load_state_dict: the state has {len(masters)} "
+                f"master parameters, the module {len(self.master_params)}")
         for index, (value, master) in enumerate(zip(masters, self.master_params)):
             if tuple(value.shape) != tuple(master.shape):
-                raise ValueError(f"MixedPrecision.load_state_dict: master parameter {index} "
-                                 f"has shape {tuple(value.shape)} in the state but "
-                                 f"{tuple(master.shape)} in the module")
+                raise InvalidArgumentError(
+                    f"MixedPrecision.load_state_dict: master parameter {index} "
+                    f"has shape {tuple(value.shape)} in the state but "
+                    f"{tuple(master.shape)} in the module")
         for value, p, master in zip(masters, self.params, self.master_params):
             xp = array_module(master.data)
             if xp is np and type(value).__module__.startswith("cupy"):

@@ -9,6 +9,8 @@ import numbers
 
 import numpy as np
 
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
+
 __all__ = ["as_generator", "uniform", "linear_bound"]
 
 
@@ -37,11 +39,13 @@ numpy.random.BitGenerator or numpy.random.RandomState
         return np.random.default_rng(random_state)
     if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool):
         if random_state < 0:
-            raise ValueError(f"random_state={random_state} should be a non-negative integer, "
-                             "None, or a numpy.random.Generator")
+            raise InvalidArgumentError(
+                f"random_state={random_state} should be a non-negative integer, "
+                "None, or a numpy.random.Generator")
         return np.random.default_rng(int(random_state))
-    raise TypeError(f"random_state={random_state!r} should be None, a non-negative integer, "
-                    "or a numpy.random.Generator")
+    raise InvalidArgumentTypeError(
+        f"random_state={random_state!r} should be None, a non-negative integer, "
+        "or a numpy.random.Generator")
 
 
 def linear_bound(fan_in):

@@ -10,6 +10,7 @@ import numbers
 
 import numpy as np
 
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, InvalidStateError
 from .init import as_generator, linear_bound, uniform
 from .module import Module, Parameter, array_module
 
@@ -20,7 +21,7 @@ __all__ = ["Linear", "Dropout"]
 def check_positive_int(owner, name, value):
     """``value`` as int, or ValueError naming ``owner(name=value)``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{owner}: {name}={value!r} should be a positive integer")
+        raise InvalidArgumentError(f"{owner}: {name}={value!r} should be a positive integer")
     return int(value)
 
 
@@ -29,11 +30,12 @@ def check_float_dtype(owner, dtype):
     try:
         dtype = np.dtype(dtype)
     except TypeError:
-        raise TypeError(f"{owner}: dtype={dtype!r} is not a dtype; use numpy.float32 "
-                        "or numpy.float64") from None
+        raise InvalidArgumentTypeError(
+            f"{owner}: dtype={dtype!r} is not a dtype; use numpy.float32 "
+            "or numpy.float64") from None
     if dtype.kind != "f":
-        raise TypeError(f"{owner}: dtype={dtype} should be a floating-point dtype "
-                        "such as numpy.float32 or numpy.float64")
+        raise InvalidArgumentTypeError(f"{owner}: dtype={dtype} should be a floating-point dtype "
+                                       "such as numpy.float32 or numpy.float64")
     return dtype
 
 
@@ -42,8 +44,9 @@ def float_input(owner, x, what="input"):
     if not (hasattr(x, "shape") and hasattr(x, "dtype")):
         x = np.asarray(x)
     if x.dtype.kind != "f":
-        raise TypeError(f"{owner} expects a floating-point {what}, got dtype {x.dtype}; "
-                        f"convert it with {what}.astype(numpy.float32)")
+        raise InvalidArgumentTypeError(
+            f"{owner} expects a floating-point {what}, got dtype {x.dtype}; "
+            f"convert it with {what}.astype(numpy.float32)")
     return x
 
 
@@ -58,17 +61,18 @@ def check_grad_output(owner, grad_output, shape, xp):
     if not (hasattr(grad_output, "shape") and hasattr(grad_output, "dtype")):
         grad_output = xp.asarray(grad_output)
     if tuple(grad_output.shape) != tuple(shape):
-        raise ValueError(f"{owner}.backward: grad_output has shape {tuple(grad_output.shape)} "
-                         f"but the forward output had shape {tuple(shape)}")
+        raise InvalidArgumentError(
+            f"{owner}.backward: grad_output has shape {tuple(grad_output.shape)} "
+            f"but the forward output had shape {tuple(shape)}")
     return grad_output
 
 
 def cached(module, name):
-    """What ``forward`` stored under ``name``, or RuntimeError when it never ran."""
+    """What ``forward`` stored under ``name``, or InvalidStateError when it never ran."""
     value = module.__dict__.get(name)
     if value is None:
-        raise RuntimeError(f"{type(module).__name__}.backward called before forward; run "
-                           "forward on a batch first")
+        raise InvalidStateError(f"{type(module).__name__}.backward called before forward; run "
+                                "forward on a batch first")
     return value
 
 
@@ -144,10 +148,11 @@ class Linear(Module):
         x = float_input("Linear", x)
         if x.ndim == 0 or x.shape[-1] != self.in_features:
             width = x.shape[-1] if x.ndim else "no last dimension"
-            raise ValueError(f"Linear(in_features={self.in_features}) got input of shape "
-                             f"{tuple(x.shape)}: its last dimension ({width}) must be "
-                             f"{self.in_features}; reshape the input or build the layer with "
-                             "the input's width")
+            raise InvalidArgumentError(
+                f"Linear(in_features={self.in_features}) got input of shape "
+                f"{tuple(x.shape)}: its last dimension ({width}) must be "
+                f"{self.in_features}; reshape the input or build the layer with "
+                "the input's width")
         out = x @ _as_dtype(self.weight.data, x.dtype).T
         if self.bias is not None:
             out += _as_dtype(self.bias.data, x.dtype)
@@ -208,8 +213,8 @@ class Dropout(Module):
         super().__init__()
         if (isinstance(p, bool) or not isinstance(p, numbers.Real)
                 or not 0 <= p < 1):
-            raise ValueError(f"Dropout: p={p!r} should be a probability in [0, 1) "
-                             "(p=0 keeps everything; use eval() to switch dropout off)")
+            raise InvalidArgumentError(f"Dropout: p={p!r} should be a probability in [0, 1) "
+                                       "(p=0 keeps everything; use eval() to switch dropout off)")
         self.p = float(p)
         self._rng = as_generator(random_state)
         self._device_rng = None

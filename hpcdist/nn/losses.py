@@ -15,6 +15,7 @@ inputs compute in float32; gradients come back in the input's dtype.
 """
 import numpy as np
 
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from .layers import cached, compute_dtype, float_input
 from .module import Module, array_module
 
@@ -27,8 +28,9 @@ class _Loss(Module):
     def __init__(self, reduction="mean"):
         super().__init__()
         if reduction not in _REDUCTIONS:
-            raise ValueError(f"{type(self).__name__}: reduction={reduction!r} should be one of "
-                             f"{', '.join(map(repr, _REDUCTIONS))}")
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: reduction={reduction!r} should be one of "
+                f"{', '.join(map(repr, _REDUCTIONS))}")
         self.reduction = reduction
 
     def _reduce(self, losses, xp):
@@ -47,14 +49,15 @@ class _Loss(Module):
                 return grad_output
             grad_output = _as_array(grad_output, xp)
             if tuple(grad_output.shape) != tuple(shape):
-                raise ValueError(f"{name}.backward: grad_output has shape "
-                                 f"{tuple(grad_output.shape)}; with reduction='none' it must be "
-                                 f"a scalar or have the loss's shape {tuple(shape)}")
+                raise InvalidArgumentError(
+                    f"{name}.backward: grad_output has shape "
+                    f"{tuple(grad_output.shape)}; with reduction='none' it must be "
+                    f"a scalar or have the loss's shape {tuple(shape)}")
             return grad_output
         if np.ndim(grad_output) != 0:
-            raise ValueError(f"{name}.backward: grad_output should be a scalar with "
-                             f"reduction={self.reduction!r}, got shape "
-                             f"{tuple(np.shape(grad_output))}")
+            raise InvalidArgumentError(f"{name}.backward: grad_output should be a scalar with "
+                                       f"reduction={self.reduction!r}, got shape "
+                                       f"{tuple(np.shape(grad_output))}")
         if self.reduction == "mean":
             n = int(np.prod(shape))
             return grad_output / n if n else grad_output
@@ -98,25 +101,29 @@ class CrossEntropyLoss(_Loss):
         """
         logits = float_input("CrossEntropyLoss", logits, what="logits")
         if logits.ndim != 2 or logits.shape[1] == 0:
-            raise ValueError("CrossEntropyLoss expects logits of shape (n_samples, n_classes) "
-                             f"with n_classes >= 1, got shape {tuple(logits.shape)}")
+            raise InvalidArgumentError(
+                "CrossEntropyLoss expects logits of shape (n_samples, n_classes) "
+                f"with n_classes >= 1, got shape {tuple(logits.shape)}")
         xp = array_module(logits)
         n, n_classes = logits.shape
         target = _as_array(target, xp)
         if target.dtype.kind not in "iu":
-            raise TypeError("CrossEntropyLoss: target must hold integer class indices, got "
-                            f"dtype {target.dtype}; convert it with target.astype(numpy.int64)")
+            raise InvalidArgumentTypeError(
+                "CrossEntropyLoss: target must hold integer class indices, got "
+                f"dtype {target.dtype}; convert it with target.astype(numpy.int64)")
         if tuple(target.shape) != (n,):
-            raise ValueError(f"CrossEntropyLoss: target has shape {tuple(target.shape)} but "
-                             f"logits have shape {tuple(logits.shape)}; expected target of "
-                             f"shape ({n},), one class index per sample")
+            raise InvalidArgumentError(
+                f"CrossEntropyLoss: target has shape {tuple(target.shape)} but "
+                f"logits have shape {tuple(logits.shape)}; expected target of "
+                f"shape ({n},), one class index per sample")
         if n:
             low, high = int(target.min()), int(target.max())
             if low < 0 or high >= n_classes:
                 bad = low if low < 0 else high
-                raise ValueError(f"CrossEntropyLoss: target value {bad} is out of range: class "
-                                 f"indices must be in [0, {n_classes}) for {n_classes} classes "
-                                 f"(target values range over [{low}, {high}])")
+                raise InvalidArgumentError(
+                    f"CrossEntropyLoss: target value {bad} is out of range: class "
+                    f"indices must be in [0, {n_classes}) for {n_classes} classes "
+                    f"(target values range over [{low}, {high}])")
         z = logits.astype(compute_dtype(logits.dtype), copy=False)
         z = z - z.max(axis=1, keepdims=True)
         log_probs = z - xp.log(xp.exp(z).sum(axis=1, keepdims=True))
@@ -182,16 +189,18 @@ class MSELoss(_Loss):
         xp = array_module(pred)
         target = _as_array(target, xp)
         if target.dtype.kind not in "iuf":
-            raise TypeError(f"MSELoss: target must be numeric, got dtype {target.dtype}")
+            raise InvalidArgumentTypeError(
+                f"MSELoss: target must be numeric, got dtype {target.dtype}")
         if tuple(target.shape) != tuple(pred.shape):
             column = ((pred.ndim == 2 and pred.shape[1] == 1 and target.shape == pred.shape[:1])
                       or (target.ndim == 2 and target.shape[1] == 1
                           and pred.shape == target.shape[:1]))
             if not column:
-                raise ValueError(f"MSELoss: target has shape {tuple(target.shape)} but pred has "
-                                 f"shape {tuple(pred.shape)}; they must be equal (only (n,) "
-                                 "against (n, 1) is accepted); reshape one of them, no "
-                                 "broadcasting is done")
+                raise InvalidArgumentError(
+                    f"MSELoss: target has shape {tuple(target.shape)} but pred has "
+                    f"shape {tuple(pred.shape)}; they must be equal (only (n,) "
+                    "against (n, 1) is accepted); reshape one of them, no "
+                    "broadcasting is done")
             target = target.reshape(pred.shape)
         dtype = compute_dtype(pred.dtype)
         diff = pred.astype(dtype, copy=False) - target.astype(dtype, copy=False)

@@ -16,6 +16,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .._arrays import array_module
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, StateDictKeyError
 
 __all__ = ["Parameter", "Module", "Sequential", "array_module"]
 
@@ -244,15 +245,17 @@ class Module:
         missing = [name for name in targets if name not in state]
         unexpected = [name for name in state if name not in targets]
         if strict and (missing or unexpected):
-            raise KeyError(f"load_state_dict: missing keys {missing}, unexpected keys "
-                           f"{unexpected}; pass strict=False to load the common keys only")
+            raise StateDictKeyError(f"load_state_dict: missing keys {missing}, unexpected keys "
+                                    f"{unexpected}; pass strict=False to load the common keys "
+                                    f"only")
         for name, target in targets.items():
             if name not in state:
                 continue
             value = state[name]
             if tuple(np.shape(value)) != tuple(target.shape):
-                raise ValueError(f"load_state_dict: {name!r} has shape {tuple(np.shape(value))} "
-                                 f"in the state but {tuple(target.shape)} in the model")
+                raise InvalidArgumentError(
+                    f"load_state_dict: {name!r} has shape {tuple(np.shape(value))} "
+                    f"in the state but {tuple(target.shape)} in the model")
             xp = array_module(target)
             target[...] = xp.asarray(value, dtype=target.dtype)
         return self
@@ -279,8 +282,9 @@ class Sequential(Module):
         super().__init__()
         for index, layer in enumerate(layers):
             if not isinstance(layer, Module):
-                raise TypeError(f"Sequential: layer {index} is a {type(layer).__name__}, "
-                                "not an hpcdist.nn.Module")
+                raise InvalidArgumentTypeError(
+                    f"Sequential: layer {index} is a {type(layer).__name__}, "
+                    "not an hpcdist.nn.Module")
             setattr(self, str(index), layer)
 
     def __len__(self):

@@ -16,6 +16,7 @@ import numbers
 import numpy as np
 
 from ..comm import allreduce, resolve_context
+from ..exceptions import InvalidArgumentError
 from .layers import (
     cached,
     check_float_dtype,
@@ -78,12 +79,13 @@ class BatchNorm1d(Module):
         self.num_features = check_positive_int(name, "num_features", num_features)
         if (isinstance(eps, bool) or not isinstance(eps, numbers.Real)
                 or not 0 <= eps < np.inf):
-            raise ValueError(f"{name}: eps={eps!r} should be a finite number >= 0")
+            raise InvalidArgumentError(f"{name}: eps={eps!r} should be a finite number >= 0")
         if momentum is not None and (isinstance(momentum, bool)
                                      or not isinstance(momentum, numbers.Real)
                                      or not 0 <= momentum <= 1):
-            raise ValueError(f"{name}: momentum={momentum!r} should be in [0, 1], or None for "
-                             "a cumulative average")
+            raise InvalidArgumentError(
+                f"{name}: momentum={momentum!r} should be in [0, 1], or None for "
+                "a cumulative average")
         dtype = check_float_dtype(name, dtype)
         self.eps = float(eps)
         self.momentum = None if momentum is None else float(momentum)
@@ -129,9 +131,10 @@ class BatchNorm1d(Module):
         name = type(self).__name__
         x = float_input(name, x)
         if x.ndim not in (2, 3) or x.shape[1] != self.num_features:
-            raise ValueError(f"{name}(num_features={self.num_features}) got input of shape "
-                             f"{tuple(x.shape)}; expected (n_samples, {self.num_features}) or "
-                             f"(n_samples, {self.num_features}, length)")
+            raise InvalidArgumentError(
+                f"{name}(num_features={self.num_features}) got input of shape "
+                f"{tuple(x.shape)}; expected (n_samples, {self.num_features}) or "
+                f"(n_samples, {self.num_features}, length)")
         return x
 
     def forward(self, x):
@@ -152,10 +155,11 @@ class BatchNorm1d(Module):
         if use_batch:
             mean, var, count = self._batch_stats(xc, axes)
             if self.training and count <= 1:
-                raise ValueError(f"{type(self).__name__}: training needs more than one value "
-                                 f"per feature, got input of shape {tuple(x.shape)}"
-                                 f"{self._count_note.format(count)}; use larger batches or "
-                                 "eval()")
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}: training needs more than one value "
+                    f"per feature, got input of shape {tuple(x.shape)}"
+                    f"{self._count_note.format(count)}; use larger batches or "
+                    "eval()")
             if self.training and self.track_running_stats:
                 self._update_running_stats(mean, var, count)
         else:

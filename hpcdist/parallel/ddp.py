@@ -27,6 +27,7 @@ from ..comm import broadcast, broadcast_object, iallreduce, resolve_context
 from ..comm.agreement import agree_config, described_layouts
 from ..comm.requests import ProgressPoller
 from ..compression import compressed_allreduce
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from ..nn.module import Module, array_module
 from .buckets import assign_buckets
 
@@ -84,12 +85,14 @@ class DistributedDataParallel(Module):
                  compression=None, progress_thread=None, ctx=None):
         super().__init__()
         if not isinstance(module, Module):
-            raise TypeError(f"DistributedDataParallel: module is a {type(module).__name__}, "
-                            "not an hpcdist.nn.Module")
+            raise InvalidArgumentTypeError(
+                f"DistributedDataParallel: module is a {type(module).__name__}, "
+                "not an hpcdist.nn.Module")
         bucket_size_mb = float(bucket_size_mb)
         if not bucket_size_mb >= 0:
-            raise ValueError(f"DistributedDataParallel: bucket_size_mb={bucket_size_mb} should "
-                             "be >= 0 (0: one bucket per parameter, inf: one bucket)")
+            raise InvalidArgumentError(
+                f"DistributedDataParallel: bucket_size_mb={bucket_size_mb} should "
+                "be >= 0 (0: one bucket per parameter, inf: one bucket)")
         self.module = module
         self.ctx = resolve_context(ctx)
         self.bucket_size_mb = bucket_size_mb
@@ -106,9 +109,9 @@ class DistributedDataParallel(Module):
         for bucket in self.buckets:
             for position, parameter in enumerate(bucket.parameters):
                 if id(parameter) in self._where:
-                    raise ValueError(f"DistributedDataParallel: parameter "
-                                     f"{bucket.names[position]!r} is registered twice; "
-                                     "share layers by reference only once")
+                    raise InvalidArgumentError(f"DistributedDataParallel: parameter "
+                                               f"{bucket.names[position]!r} is registered twice; "
+                                               "share layers by reference only once")
                 self._where[id(parameter)] = (bucket, position)
                 parameter.register_grad_hook(self._on_grad_ready)
         self._compressors = ([_fresh_copy(compression) for _ in self.buckets]

@@ -8,14 +8,16 @@ from ..comm import alltoall as _alltoall
 from ..comm import broadcast as _broadcast
 from ..comm import reduce_scatter as _reduce_scatter
 from ..comm.tensors import tensor_from_array, tensor_view
+from ..exceptions import InvalidArgumentTypeError
 
 __all__ = ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall"]
 
 
 def _checked(tensor, name):
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"hpcdist.torch.{name}: expected a torch.Tensor, got "
-                        f"{type(tensor).__name__}; hpcdist.{name} takes NumPy arrays")
+        raise InvalidArgumentTypeError(
+            f"hpcdist.torch.{name}: expected a torch.Tensor, got "
+            f"{type(tensor).__name__}; hpcdist.{name} takes NumPy arrays")
     return tensor.detach().contiguous()
 
 

@@ -16,6 +16,7 @@ from ..comm import iallreduce, resolve_context
 from ..comm.agreement import agree_config, described_layouts
 from ..comm.tensors import tensor_view
 from ..compression import compressed_allreduce
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, InvalidStateError
 
 __all__ = ["DistributedOptimizer"]
 
@@ -94,7 +95,7 @@ class _DistributedOptimizer:
         passes = self._passes[id(parameter)] + 1
         self._passes[id(parameter)] = passes
         if passes > self.backward_passes_per_step:
-            raise RuntimeError(
+            raise InvalidStateError(
                 f"DistributedOptimizer: the gradient of {self._names[id(parameter)]!r} was "
                 f"computed {passes} times before step(), more than backward_passes_per_step="
                 f"{self.backward_passes_per_step}; call step() (or synchronize()) in between, "
@@ -194,26 +195,30 @@ def DistributedOptimizer(optimizer, named_parameters, *, backward_passes_per_ste
         differs between ranks, or a setting that does.
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"DistributedOptimizer: optimizer is a {type(optimizer).__name__}, not "
-                        "a torch.optim.Optimizer")
+        raise InvalidArgumentTypeError(
+            f"DistributedOptimizer: optimizer is a {type(optimizer).__name__}, not "
+            "a torch.optim.Optimizer")
     if (isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int)
             or backward_passes_per_step < 1):
-        raise ValueError(f"DistributedOptimizer: backward_passes_per_step="
-                         f"{backward_passes_per_step!r} should be an int >= 1")
+        raise InvalidArgumentError(f"DistributedOptimizer: backward_passes_per_step="
+                                   f"{backward_passes_per_step!r} should be an int >= 1")
     if op not in _OPS:
-        raise ValueError(f"DistributedOptimizer: op={op!r} should be one of {_OPS}")
+        raise InvalidArgumentError(f"DistributedOptimizer: op={op!r} should be one of {_OPS}")
     if not bucket_size_mb > 0:
-        raise ValueError(f"DistributedOptimizer: bucket_size_mb={bucket_size_mb!r} should be > 0")
+        raise InvalidArgumentError(
+            f"DistributedOptimizer: bucket_size_mb={bucket_size_mb!r} should be > 0")
     named = [(name, p) for name, p in named_parameters if p.requires_grad]
     named_ids = {id(p) for _, p in named}
     missing = [p for group in optimizer.param_groups for p in group["params"]
                if p.requires_grad and id(p) not in named_ids]
     if missing:
-        raise ValueError(f"DistributedOptimizer: {len(missing)} parameter(s) of the optimizer "
-                         "are not in named_parameters; pass model.named_parameters() of the "
-                         "model the optimizer trains")
+        raise InvalidArgumentError(
+            f"DistributedOptimizer: {len(missing)} parameter(s) of the optimizer "
+            "are not in named_parameters; pass model.named_parameters() of the "
+            "model the optimizer trains")
     if len(named_ids) != len(named):
-        raise ValueError("DistributedOptimizer: a parameter appears twice in named_parameters")
+        raise InvalidArgumentError(
+            "DistributedOptimizer: a parameter appears twice in named_parameters")
     ctx = resolve_context(ctx)
     agree_config(ctx, "DistributedOptimizer", {
         **described_layouts(named), "backward_passes_per_step": backward_passes_per_step, "op": op,

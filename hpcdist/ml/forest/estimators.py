@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from ...comm import allreduce, broadcast
 from ...comm.checks import mark_raised_on_every_rank, validated_on_every_rank
+from ...exceptions import InvalidArgumentError
 from .._base import (
     DistributedClassifierMixin,
     DistributedEstimator,
@@ -83,13 +84,15 @@ class _BaseForest(DistributedEstimator):
                 value, bool):
             low, high = allow_fraction
             if not low < value <= high:
-                raise ValueError(f"{self._name()}: {option}={value!r} should be an int >= "
-                                 f"{minimum} or a float in ({low}, {high}]")
+                raise InvalidArgumentError(
+                    f"{self._name()}: {option}={value!r} should be an int >= "
+                    f"{minimum} or a float in ({low}, {high}]")
             return float(value)
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
                 or value < minimum:
-            raise ValueError(f"{self._name()}: {option}={value!r} should be an int >= {minimum}"
-                             + (" or None" if allow_none else ""))
+            raise InvalidArgumentError(
+                f"{self._name()}: {option}={value!r} should be an int >= {minimum}"
+                + (" or None" if allow_none else ""))
         return int(value)
 
     def _check_params(self):
@@ -101,18 +104,22 @@ class _BaseForest(DistributedEstimator):
         self._check_int("local_threshold", 0, allow_none=True)
         max_bins = self._check_int("max_bins", 2)
         if max_bins > 256:
-            raise ValueError(f"{self._name()}: max_bins={max_bins} should be <= 256 (bins are "
-                             "stored as uint8)")
+            raise InvalidArgumentError(
+                f"{self._name()}: max_bins={max_bins} should be <= 256 (bins are "
+                "stored as uint8)")
         if self.criterion not in self._criteria:
-            raise ValueError(f"{self._name()}: criterion={self.criterion!r} is not supported; "
-                             f"choose one of {list(self._criteria)}")
+            raise InvalidArgumentError(
+                f"{self._name()}: criterion={self.criterion!r} is not supported; "
+                f"choose one of {list(self._criteria)}")
         if self.oob_score and not self.bootstrap:
-            raise ValueError(f"{self._name()}: oob_score=True needs bootstrap=True (without a "
-                             "bootstrap no row is out of bag)")
+            raise InvalidArgumentError(
+                f"{self._name()}: oob_score=True needs bootstrap=True (without a "
+                "bootstrap no row is out of bag)")
         if self.n_jobs is not None and (not isinstance(self.n_jobs, (int, np.integer))
                                         or self.n_jobs == 0):
-            raise ValueError(f"{self._name()}: n_jobs={self.n_jobs!r} should be None, a positive "
-                             "int, or -1 for all of this rank's Numba threads")
+            raise InvalidArgumentError(
+                f"{self._name()}: n_jobs={self.n_jobs!r} should be None, a positive "
+                "int, or -1 for all of this rank's Numba threads")
 
     def _resolve_max_features(self, n_features):
         value = self.max_features
@@ -125,20 +132,25 @@ class _BaseForest(DistributedEstimator):
                 return max(1, int(math.sqrt(n_features)))
             if value == "log2":
                 return max(1, int(math.log2(n_features)))
-            raise ValueError(f"{name}: max_features={value!r} is not understood; pass {choices}")
+            raise InvalidArgumentError(
+                f"{name}: max_features={value!r} is not understood; pass {choices}")
         if isinstance(value, (bool, np.bool_)):
-            raise ValueError(f"{name}: max_features={value!r} is not understood; pass {choices}")
+            raise InvalidArgumentError(
+                f"{name}: max_features={value!r} is not understood; pass {choices}")
         if isinstance(value, (int, np.integer)):
             if not 1 <= value <= n_features:
-                raise ValueError(f"{name}: max_features={value} should be in [1, n_features="
-                                 f"{n_features}]; pass {choices}")
+                raise InvalidArgumentError(
+                    f"{name}: max_features={value} should be in [1, n_features="
+                    f"{n_features}]; pass {choices}")
             return int(value)
         if isinstance(value, (float, np.floating)):
             if not 0.0 < value <= 1.0:
-                raise ValueError(f"{name}: max_features={value} should be a fraction in (0, 1]; "
-                                 f"pass {choices}")
+                raise InvalidArgumentError(
+                    f"{name}: max_features={value} should be a fraction in (0, 1]; "
+                    f"pass {choices}")
             return max(1, int(value * n_features))
-        raise ValueError(f"{name}: max_features={value!r} is not understood; pass {choices}")
+        raise InvalidArgumentError(
+            f"{name}: max_features={value!r} is not understood; pass {choices}")
 
     def _min_counts(self, n_global):
         split, leaf = self.min_samples_split, self.min_samples_leaf
@@ -179,7 +191,7 @@ class _BaseForest(DistributedEstimator):
                                 y_required=True, min_local_rows=0,
                                 n_features=None if first else self.n_features_in_)
         if data.n_global == 0:
-            raise mark_raised_on_every_rank(ValueError(
+            raise mark_raised_on_every_rank(InvalidArgumentError(
                 f"{name}: got 0 rows on all {ctx.size} rank(s) together; pass at "
                 "least 1 sample"))
         if first:
@@ -289,7 +301,8 @@ class _BaseForest(DistributedEstimator):
     def _mean_values(self, X):
         X = self._check_rows(X, dtype=(np.float64, np.float32), ensure_min_samples=0)
         if self.forest_.n_trees == 0:
-            raise ValueError(f"{self._name()}: no tree grown yet; call fit or train_epoch first")
+            raise InvalidArgumentError(
+                f"{self._name()}: no tree grown yet; call fit or train_epoch first")
         with self._threads():
             return self.forest_.mean_values(X)
 
@@ -329,10 +342,10 @@ class _BaseForest(DistributedEstimator):
         try:
             forest = Forest.from_vector(vector)
         except ValueError as error:
-            raise ValueError(f"{self._name()}.set_parameters: {error}") from None
+            raise InvalidArgumentError(f"{self._name()}.set_parameters: {error}") from None
         if forest.n_values != self._n_values():
-            raise ValueError(f"{self._name()}.set_parameters: the vector's nodes hold "
-                             f"{forest.n_values} values, this model's {self._n_values()}")
+            raise InvalidArgumentError(f"{self._name()}.set_parameters: the vector's nodes hold "
+                                       f"{forest.n_values} values, this model's {self._n_values()}")
         self.forest_ = forest
         if len(self._bootstrapped) != forest.n_trees:
             self._bootstrapped = np.ones(forest.n_trees, dtype=np.uint8)
@@ -480,7 +493,7 @@ class RandomForestClassifier(DistributedClassifierMixin, _BaseForest):
         if first:
             self.classes_ = data.classes()
             if len(self.classes_) < 2:
-                raise mark_raised_on_every_rank(ValueError(
+                raise mark_raised_on_every_rank(InvalidArgumentError(
                     f"{self._name()}.fit: all ranks together have only one class "
                     f"({self.classes_.tolist()}); need at least 2 classes"))
         else:
@@ -488,7 +501,7 @@ class RandomForestClassifier(DistributedClassifierMixin, _BaseForest):
                        for r, labels in enumerate(data.labels)
                        if np.setdiff1d(labels, self.classes_).size}
             if unknown:
-                raise mark_raised_on_every_rank(ValueError(
+                raise mark_raised_on_every_rank(InvalidArgumentError(
                     f"{self._name()}: labels {unknown} (by rank) are not among the "
                     f"classes {self.classes_.tolist()} fixed by the first call; pass "
                     "every label in the first call to fit/train_epoch on some rank"))

@@ -1,6 +1,7 @@
 """A forest as flat arrays: every tree's nodes in preorder, trees concatenated."""
 import numpy as np
 
+from ...exceptions import InvalidArgumentError
 from ._predict_kernels import forest_mean_values
 
 __all__ = ["Forest"]
@@ -152,13 +153,14 @@ class Forest:
         """
         vector = np.asarray(vector, dtype=np.float64).ravel()
         if len(vector) < 3:
-            raise ValueError(f"a forest vector has at least 3 values, got {len(vector)}")
+            raise InvalidArgumentError(f"a forest vector has at least 3 values, got {len(vector)}")
         n_trees, n_nodes, n_values = (int(v) for v in vector[:3])
         expected = 3 + (n_trees + 1) + n_nodes * (len(_INT_FIELDS) + len(_FLOAT_FIELDS)
                                                   + n_values)
         if len(vector) != expected or min(n_trees, n_nodes, n_values) < 0:
-            raise ValueError(f"got {len(vector)} values; a forest of {n_trees} trees, "
-                             f"{n_nodes} nodes and {n_values} values per node has {expected}")
+            raise InvalidArgumentError(
+                f"got {len(vector)} values; a forest of {n_trees} trees, "
+                f"{n_nodes} nodes and {n_values} values per node has {expected}")
         at = 3
         offsets = vector[at:at + n_trees + 1].astype(np.int64)
         at += n_trees + 1

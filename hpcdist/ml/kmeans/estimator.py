@@ -19,6 +19,7 @@ from sklearn.utils import check_array
 from ..._arrays import array_module, is_cupy
 from ...comm import allreduce
 from ...comm.checks import mark_raised_on_every_rank, validated_on_every_rank
+from ...exceptions import InvalidArgumentError
 from ...kernels._arrays import aligned_empty
 from .._base import DistributedEstimator, accepts_local_keywords, shared_seed
 from .._validation import check_local_data
@@ -161,18 +162,19 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         name = type(self).__name__
         for option, value in (("n_clusters", self.n_clusters), ("max_iter", self.max_iter)):
             if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}: {option}={value!r} should be an integer >= 1")
+                raise InvalidArgumentError(f"{name}: {option}={value!r} should be an integer >= 1")
         if not (isinstance(self.tol, numbers.Real) and self.tol >= 0):
-            raise ValueError(f"{name}: tol={self.tol!r} should be a number >= 0")
+            raise InvalidArgumentError(f"{name}: tol={self.tol!r} should be a number >= 0")
         if self.n_init != "auto" and not (isinstance(self.n_init, numbers.Integral)
                                           and not isinstance(self.n_init, bool)
                                           and self.n_init >= 1):
-            raise ValueError(f"{name}: n_init={self.n_init!r} should be 'auto' or an integer "
-                             ">= 1")
+            raise InvalidArgumentError(
+                f"{name}: n_init={self.n_init!r} should be 'auto' or an integer "
+                ">= 1")
         if not _is_array_init(self.init) and self.init not in _INIT_METHODS:
-            raise ValueError(f"{name}: init={self.init!r} should be one of "
-                             f"{list(_INIT_METHODS)} or an array of shape (n_clusters, "
-                             "n_features)")
+            raise InvalidArgumentError(f"{name}: init={self.init!r} should be one of "
+                                       f"{list(_INIT_METHODS)} or an array of shape (n_clusters, "
+                                       "n_features)")
         if _is_array_init(self.init):
             n_init = 1
             if self.n_init not in ("auto", 1):
@@ -189,7 +191,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         data = check_local_data(ctx, X, name=name, min_local_rows=0,
                                 n_features=self.n_features_in_ if fitted else None)
         if data.n_global < self.n_clusters:
-            raise mark_raised_on_every_rank(ValueError(
+            raise mark_raised_on_every_rank(InvalidArgumentError(
                 f"n_samples={data.n_global} should be >= "
                 f"n_clusters={self.n_clusters}."))
         return data
@@ -201,10 +203,11 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
             init = check_array(self.init, dtype=X.dtype, copy=True, order="C",
                                input_name="init")
             if init.shape != (self.n_clusters, X.shape[1]):
-                raise ValueError(f"The shape of the initial centers {init.shape} does not "
-                                 f"match the number of clusters {self.n_clusters} and the "
-                                 f"number of features {X.shape[1]} of the data; pass an "
-                                 f"array of shape ({self.n_clusters}, {X.shape[1]}).")
+                raise InvalidArgumentError(
+                    f"The shape of the initial centers {init.shape} does not "
+                    f"match the number of clusters {self.n_clusters} and the "
+                    f"number of features {X.shape[1]} of the data; pass an "
+                    f"array of shape ({self.n_clusters}, {X.shape[1]}).")
         return init
 
     # -- fitting ----------------------------------------------------------------------------
@@ -546,8 +549,9 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         if "cluster_centers" in state:
             centers = np.array(state["cluster_centers"])
             if centers.ndim != 2 or centers.shape[0] != self.n_clusters:
-                raise ValueError(f"{name}.load_state_dict: cluster_centers of shape "
-                                 f"{centers.shape} do not fit n_clusters={self.n_clusters}")
+                raise InvalidArgumentError(
+                    f"{name}.load_state_dict: cluster_centers of shape "
+                    f"{centers.shape} do not fit n_clusters={self.n_clusters}")
             self.cluster_centers_ = centers
             self._centered = np.array(state["centered_centers"], dtype=centers.dtype)
             self._X_mean = np.array(state["mean"], dtype=centers.dtype)
@@ -558,8 +562,8 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
                 self.__dict__.pop(attribute, None)
             self._X_mean = np.array(state["mean"])
         else:
-            raise ValueError(f"{name}.load_state_dict: the state holds neither "
-                             "cluster_centers nor a fit in progress")
+            raise InvalidArgumentError(f"{name}.load_state_dict: the state holds neither "
+                                       "cluster_centers nor a fit in progress")
         self._tol = float(state["tol"])
         self.n_features_in_ = int(state["n_features_in"])
         self._n_features_out = self.n_clusters
@@ -583,7 +587,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
                 for key in keys if part in position else ():
                     array = np.asarray(position[part][key])
                     if array.shape != shape:
-                        raise ValueError(
+                        raise InvalidArgumentError(
                             f"{type(self).__name__}.load_state_dict: fit/{where}/{part}/{key} "
                             f"has shape {array.shape}, expected {shape} (n_clusters="
                             f"{self.n_clusters})")

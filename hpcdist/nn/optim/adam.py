@@ -3,6 +3,7 @@
 import math
 import numbers
 
+from ...exceptions import InvalidArgumentError
 from .optimizer import Optimizer, check_nonnegative
 
 __all__ = ["Adam", "AdamW"]
@@ -68,13 +69,13 @@ class Adam(Optimizer):
         try:
             beta1, beta2 = betas
         except (TypeError, ValueError):
-            raise ValueError(f"{name}: betas={betas!r}{where} should be a pair "
-                             "(beta1, beta2)") from None
+            raise InvalidArgumentError(f"{name}: betas={betas!r}{where} should be a pair "
+                                       "(beta1, beta2)") from None
         for index, beta in enumerate((beta1, beta2)):
             if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or \
                     not 0.0 <= beta < 1.0:
-                raise ValueError(f"{name}: betas[{index}]={beta!r}{where} should be in "
-                                 "[0, 1)")
+                raise InvalidArgumentError(f"{name}: betas[{index}]={beta!r}{where} should be in "
+                                           "[0, 1)")
         group["betas"] = (float(beta1), float(beta2))
         group["eps"] = check_nonnegative(name, "eps", group["eps"], where)
         group["weight_decay"] = check_nonnegative(name, "weight_decay",

@@ -16,6 +16,7 @@ import numbers
 
 import numpy as np
 
+from ...exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from ...kernels import scale_add
 from ..module import Parameter, array_module
 
@@ -36,9 +37,9 @@ def check_nonnegative(owner, name, value, where=""):
         Extra context for the message (``" in param group 1"``).
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{owner}: {name}={value!r}{where} should be a real number")
+        raise InvalidArgumentTypeError(f"{owner}: {name}={value!r}{where} should be a real number")
     if not value >= 0:  # also catches NaN
-        raise ValueError(f"{owner}: {name}={value!r}{where} should be >= 0")
+        raise InvalidArgumentError(f"{owner}: {name}={value!r}{where} should be >= 0")
     return float(value)
 
 
@@ -72,16 +73,18 @@ class Optimizer:
     def __init__(self, params, defaults):
         name = type(self).__name__
         if isinstance(params, (Parameter, dict)) or hasattr(params, "shape"):
-            raise TypeError(f"{name}: params should be an iterable of Parameters or of "
-                            f"parameter-group dicts, got a single {type(params).__name__}; "
-                            "wrap it in a list")
+            raise InvalidArgumentTypeError(
+                f"{name}: params should be an iterable of Parameters or of "
+                f"parameter-group dicts, got a single {type(params).__name__}; "
+                "wrap it in a list")
         self.defaults = dict(defaults)
         self.param_groups = []
         self.state = {}
         groups = list(params)
         if not groups:
-            raise ValueError(f"{name}: got an empty parameter list; pass model.parameters() "
-                             "of a model that has parameters")
+            raise InvalidArgumentError(
+                f"{name}: got an empty parameter list; pass model.parameters() "
+                "of a model that has parameters")
         # name the group in messages only when the caller made groups
         self._label_groups = isinstance(groups[0], dict)
         if not self._label_groups:
@@ -98,23 +101,26 @@ class Optimizer:
         """
         name = type(self).__name__
         if not isinstance(group, dict):
-            raise TypeError(f"{name}: a parameter group should be a dict with a 'params' key, "
-                            f"got {type(group).__name__}; do not mix Parameters and dicts")
+            raise InvalidArgumentTypeError(
+                f"{name}: a parameter group should be a dict with a 'params' key, "
+                f"got {type(group).__name__}; do not mix Parameters and dicts")
         if "params" not in group:
-            raise ValueError(f"{name}: parameter group {len(self.param_groups)} has no "
-                             f"'params' key (keys: {sorted(group)})")
+            raise InvalidArgumentError(f"{name}: parameter group {len(self.param_groups)} has no "
+                                       f"'params' key (keys: {sorted(group)})")
         params = group["params"]
         params = [params] if isinstance(params, Parameter) else list(params)
         for index, p in enumerate(params):
             if not isinstance(p, Parameter):
-                raise TypeError(f"{name}: parameter {index} of group {len(self.param_groups)} "
-                                f"is a {type(p).__name__}, not an hpcdist.nn.Parameter")
+                raise InvalidArgumentTypeError(
+                    f"{name}: parameter {index} of group {len(self.param_groups)} "
+                    f"is a {type(p).__name__}, not an hpcdist.nn.Parameter")
         if not params:
-            raise ValueError(f"{name}: parameter group {len(self.param_groups)} is empty")
+            raise InvalidArgumentError(f"{name}: parameter group {len(self.param_groups)} is empty")
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         if len({id(p) for p in params}) != len(params) or any(id(p) in seen for p in params):
-            raise ValueError(f"{name}: a parameter appears twice (in one group or in two); "
-                             "each parameter may belong to one group only")
+            raise InvalidArgumentError(
+                f"{name}: a parameter appears twice (in one group or in two); "
+                "each parameter may belong to one group only")
         new_group = {**self.defaults, **{k: v for k, v in group.items() if k != "params"}}
         new_group["params"] = params
         where = ""
@@ -209,20 +215,21 @@ class Optimizer:
         name = type(self).__name__
         saved_groups = state_dict["param_groups"]
         if len(saved_groups) != len(self.param_groups):
-            raise ValueError(f"{name}.load_state_dict: the state has {len(saved_groups)} "
-                             f"parameter groups, this optimizer {len(self.param_groups)}")
+            raise InvalidArgumentError(f"{name}.load_state_dict: the state has {len(saved_groups)} "
+                                       f"parameter groups, this optimizer {len(self.param_groups)}")
         for index, (saved, group) in enumerate(zip(saved_groups, self.param_groups)):
             if len(saved["params"]) != len(group["params"]):
-                raise ValueError(f"{name}.load_state_dict: group {index} has "
-                                 f"{len(saved['params'])} parameters in the state, "
-                                 f"{len(group['params'])} in this optimizer")
+                raise InvalidArgumentError(f"{name}.load_state_dict: group {index} has "
+                                           f"{len(saved['params'])} parameters in the state, "
+                                           f"{len(group['params'])} in this optimizer")
         params = self._indexed_params()
         new_state = {}
         for key, entry in state_dict["state"].items():
             index = int(key)
             if not 0 <= index < len(params):
-                raise ValueError(f"{name}.load_state_dict: state for parameter {index}, but "
-                                 f"this optimizer has {len(params)} parameters")
+                raise InvalidArgumentError(
+                    f"{name}.load_state_dict: state for parameter {index}, but "
+                    f"this optimizer has {len(params)} parameters")
             p = params[index]
             new_state[p] = {k: self._load_value(p, index, k, v) for k, v in entry.items()}
         for index, (saved, group) in enumerate(zip(saved_groups, self.param_groups)):
@@ -238,9 +245,10 @@ class Optimizer:
             return value.item()  # a step count
         if hasattr(value, "shape") and (np.ndim(value) > 0 or p.data.ndim == 0):
             if tuple(value.shape) != tuple(p.shape):
-                raise ValueError(f"{type(self).__name__}.load_state_dict: state {key!r} of "
-                                 f"parameter {index} has shape {tuple(value.shape)}, the "
-                                 f"parameter {tuple(p.shape)}")
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}.load_state_dict: state {key!r} of "
+                    f"parameter {index} has shape {tuple(value.shape)}, the "
+                    f"parameter {tuple(p.shape)}")
             xp = array_module(p.data)
             if xp is np and type(value).__module__.startswith("cupy"):
                 value = value.get()  # device state into a host optimizer

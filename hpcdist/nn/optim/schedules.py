@@ -19,6 +19,7 @@ step count and base rates) restores the schedule exactly.
 import math
 
 from ..._checks import check_int
+from ...exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from .optimizer import check_nonnegative
 
 __all__ = ["LRScheduler", "StepLR", "CosineAnnealingLR", "LinearWarmup", "SequentialLR",
@@ -32,7 +33,7 @@ def _check_int(owner, name, value, minimum):
 def _check_fraction(owner, name, value):
     value = check_nonnegative(owner, name, value)
     if value > 1:
-        raise ValueError(f"{owner}: {name}={value!r} should be in [0, 1]")
+        raise InvalidArgumentError(f"{owner}: {name}={value!r} should be in [0, 1]")
     return value
 
 
@@ -102,8 +103,9 @@ class LRScheduler:
 
     def __init__(self, optimizer):
         if not hasattr(optimizer, "param_groups"):
-            raise TypeError(f"{type(self).__name__}: expected an optimizer with param_groups, "
-                            f"got {type(optimizer).__name__}")
+            raise InvalidArgumentTypeError(
+                f"{type(self).__name__}: expected an optimizer with param_groups, "
+                f"got {type(optimizer).__name__}")
         self.optimizer = optimizer
         for group in optimizer.param_groups:
             group.setdefault("initial_lr", group["lr"])
@@ -136,9 +138,9 @@ class LRScheduler:
     def load_state_dict(self, state):
         """Restore a :meth:`state_dict` and set the learning rates of that step."""
         if len(state["base_lrs"]) != len(self.optimizer.param_groups):
-            raise ValueError(f"{type(self).__name__}.load_state_dict: the state has "
-                             f"{len(state['base_lrs'])} base rates, the optimizer "
-                             f"{len(self.optimizer.param_groups)} parameter groups")
+            raise InvalidArgumentError(f"{type(self).__name__}.load_state_dict: the state has "
+                                       f"{len(state['base_lrs'])} base rates, the optimizer "
+                                       f"{len(self.optimizer.param_groups)} parameter groups")
         self.last_step = int(state["last_step"])
         self.base_lrs = [float(lr) for lr in state["base_lrs"]]
         self._apply()
@@ -250,18 +252,20 @@ class SequentialLR(LRScheduler):
     def __init__(self, optimizer, schedules, milestones):
         schedules, milestones = list(schedules), list(milestones)
         if not schedules:
-            raise ValueError("SequentialLR: schedules is empty; pass at least one schedule")
+            raise InvalidArgumentError(
+                "SequentialLR: schedules is empty; pass at least one schedule")
         for index, schedule in enumerate(schedules):
             if not isinstance(schedule, LRScheduler):
-                raise TypeError(f"SequentialLR: schedules[{index}] is a "
-                                f"{type(schedule).__name__}, not an LRScheduler")
+                raise InvalidArgumentTypeError(f"SequentialLR: schedules[{index}] is a "
+                                               f"{type(schedule).__name__}, not an LRScheduler")
             if schedule.optimizer is not optimizer:
-                raise ValueError(f"SequentialLR: schedules[{index}] is attached to another "
-                                 "optimizer; attach every schedule to this one")
+                raise InvalidArgumentError(
+                    f"SequentialLR: schedules[{index}] is attached to another "
+                    "optimizer; attach every schedule to this one")
         if len(milestones) != len(schedules) - 1:
-            raise ValueError(f"SequentialLR: got {len(milestones)} milestones for "
-                             f"{len(schedules)} schedules; pass len(schedules) - 1 = "
-                             f"{len(schedules) - 1}")
+            raise InvalidArgumentError(f"SequentialLR: got {len(milestones)} milestones for "
+                                       f"{len(schedules)} schedules; pass len(schedules) - 1 = "
+                                       f"{len(schedules) - 1}")
         previous = 0
         for index, milestone in enumerate(milestones):
             _check_int("SequentialLR", f"milestones[{index}]", milestone, previous + 1)

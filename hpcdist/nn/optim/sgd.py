@@ -1,5 +1,6 @@
 """Stochastic gradient descent with momentum, as ``torch.optim.SGD``."""
 
+from ...exceptions import InvalidArgumentError
 from .optimizer import Optimizer, add_scaled_, check_nonnegative
 
 __all__ = ["SGD"]
@@ -63,9 +64,9 @@ class SGD(Optimizer):
             group[key] = check_nonnegative("SGD", key, group[key], where)
         group["nesterov"] = bool(group["nesterov"])
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
-            raise ValueError(f"SGD: nesterov=True{where} requires momentum > 0 and "
-                             f"dampening == 0, got momentum={group['momentum']} and "
-                             f"dampening={group['dampening']}")
+            raise InvalidArgumentError(f"SGD: nesterov=True{where} requires momentum > 0 and "
+                                       f"dampening == 0, got momentum={group['momentum']} and "
+                                       f"dampening={group['dampening']}")
 
     def _update(self, p, grad, state, group, xp):
         momentum, weight_decay = group["momentum"], group["weight_decay"]

@@ -24,7 +24,6 @@ __all__ = ["EventLoopThread", "quiet_dask", "single_threaded_libraries", "start_
 JOIN_SECONDS = 60
 #: seconds the scheduler waits for its closed workers to leave before it closes anyway
 LEAVE_SECONDS = 30
-_LOGGERS = ("distributed", "tornado")
 
 
 class EventLoopThread:
@@ -71,16 +70,14 @@ def quiet_dask(*, verbose, dashboard, directory):
     settings = {"temporary-directory": directory, "distributed.worker.http.routes": []}
     if not dashboard:
         settings["distributed.scheduler.http.routes"] = []
-    loggers = [logging.getLogger(name) for name in _LOGGERS]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.INFO if verbose else logging.WARNING)
+    logger = logging.getLogger("distributed")  # tornado's stays as distributed set it
+    level = logger.level
+    logger.setLevel(logging.INFO if verbose else logging.WARNING)
     try:
         with dask.config.set(settings):
             yield
     finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
+        logger.setLevel(level)
 
 
 @contextlib.contextmanager

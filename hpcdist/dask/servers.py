@@ -83,11 +83,27 @@ def quiet_dask(*, verbose, dashboard, directory):
 @contextlib.contextmanager
 def single_threaded_libraries():
     """One BLAS/OpenMP thread on this rank unless the user set a thread variable."""
-    if any(name in os.environ for name in THREAD_VARIABLES if name != "NUMBA_NUM_THREADS"):
+    if _threads_chosen():
         yield
         return
     with threadpool_limits(limits=1):
         yield
+
+
+def _threads_chosen():
+    """Whether the user chose BLAS/OpenMP thread counts (``OMP_NUM_THREADS``, ...)."""
+    return any(name in os.environ for name in THREAD_VARIABLES if name != "NUMBA_NUM_THREADS")
+
+
+def _one_thread_here():
+    """This thread's own settings: one Numba thread unless ``NUMBA_NUM_THREADS`` says
+    otherwise, and ``OMP_NUM_THREADS`` OpenMP threads (1 when unset)."""
+    if "NUMBA_NUM_THREADS" not in os.environ:
+        numba.set_num_threads(1)
+    chosen = os.environ.get("OMP_NUM_THREADS", "").strip()
+    # kept, not restored: the thread ends with the worker
+    threadpool_limits(limits=int(chosen) if chosen.isdigit() and int(chosen) else 1,
+                      user_api="openmp")
 
 
 async def start_scheduler(host, security, dashboard):
@@ -124,8 +140,9 @@ async def start_worker(address, *, security, host, name, threads, memory_limit, 
     """Start a worker that joins the scheduler at ``address``; returns it.
 
     ``finished`` (a threading.Event) is set when the worker has closed, for
-    whatever reason. Without ``NUMBA_NUM_THREADS`` in the environment each of
-    the worker's threads runs Numba kernels on one thread.
+    whatever reason. Each of the worker's threads runs Numba kernels and
+    OpenMP loops on one thread (per-thread settings both) unless
+    ``NUMBA_NUM_THREADS`` or ``OMP_NUM_THREADS`` says otherwise.
     """
     from distributed import Worker  # the dask extra
 
@@ -133,8 +150,7 @@ async def start_worker(address, *, security, host, name, threads, memory_limit, 
                     nthreads=threads, memory_limit=memory_limit, local_directory=directory,
                     dashboard=False, death_timeout=JOIN_SECONDS)
     await worker
-    if "NUMBA_NUM_THREADS" not in os.environ:
-        await _one_numba_thread_each(worker.executor, threads)
+    await _on_each_thread(worker.executor, threads, _one_thread_here)
 
     async def signal_finished():
         await worker.finished()
@@ -144,8 +160,8 @@ async def start_worker(address, *, security, host, name, threads, memory_limit, 
     return worker
 
 
-async def _one_numba_thread_each(executor, threads):
-    """Set Numba's thread count (a per-thread setting) to 1 on each of the executor's threads.
+async def _on_each_thread(executor, threads, setup):
+    """Call ``setup()`` once on each of the ``threads`` threads of ``executor``.
 
     Each call waits at a barrier until ``threads`` calls run at once, so
     they run on ``threads`` different threads of the pool.
@@ -153,7 +169,7 @@ async def _one_numba_thread_each(executor, threads):
     barrier = threading.Barrier(threads)
 
     def one_thread():
-        numba.set_num_threads(1)
+        setup()
         barrier.wait(timeout=JOIN_SECONDS)
 
     loop = asyncio.get_running_loop()

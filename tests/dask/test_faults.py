@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("distributed", reason="the dask extra (distributed) is not installed")
 
+from hpcdist.comm.threads import THREAD_VARIABLES  # noqa: E402
 from tests.helpers import mpiexec_path, run_mpi_script, subprocess_env  # noqa: E402
 
 RANKS = 4
@@ -24,15 +25,21 @@ import hpcdist.dask
 
 ctx = hpcdist.init()
 
+def threads_in_a_task(_):
+    import numba, threadpoolctl
+    return numba.get_num_threads(), max(pool["num_threads"]
+                                        for pool in threadpoolctl.threadpool_info())
+
 def prepare(client, n):
     import dask.array as da
     squares = client.gather(client.map(lambda x: x * x, range(n)))
-    return sum(squares), float(da.ones((n, 10), chunks=(4, 10)).sum().compute())
+    threads = set(client.gather(client.map(threads_in_a_task, range(8), pure=False)))
+    return sum(squares), float(da.ones((n, 10), chunks=(4, 10)).sum().compute()), threads
 
 timings = []
-for n in (10, 20):
+for n, threads_per_worker in ((10, 1), (20, 2)):
     start = time.perf_counter()
-    result = hpcdist.dask.run(prepare, n)
+    result = hpcdist.dask.run(prepare, n, threads_per_worker=threads_per_worker)
     timings.append(time.perf_counter() - start)
     total = hpcdist.allreduce(np.ones(1))[0]
     print(f"rank {ctx.rank} phase {result} allreduce {total}", flush=True)
@@ -42,20 +49,23 @@ if ctx.rank == 0:
 
 
 def test_a_normal_close_prints_nothing_on_stderr_and_leaves_no_files(tmp_path):
+    """Also: without thread variables in the environment, a task runs Numba and BLAS on one
+    thread (the machine has more cores), with one and with two threads per worker."""
     work, scratch = tmp_path / "work", tmp_path / "tmp"
     work.mkdir()
     scratch.mkdir()
     script = work / "job.py"
     script.write_text(textwrap.dedent(_TWO_PHASES))
+    env = {name: value for name, value in subprocess_env(TMPDIR=scratch).items()
+           if name not in THREAD_VARIABLES}
     completed = subprocess.run([mpiexec_path(), "-n", str(RANKS), sys.executable, str(script)],
-                               env=subprocess_env(TMPDIR=scratch), cwd=str(work),
-                               capture_output=True, text=True, timeout=180,
-                               stdin=subprocess.DEVNULL)
+                               env=env, cwd=str(work), capture_output=True, text=True,
+                               timeout=180, stdin=subprocess.DEVNULL)
     output = completed.stdout + completed.stderr
     assert completed.returncode == 0, output
     for rank in range(RANKS):
-        assert f"rank {rank} phase (285, 100.0) allreduce {float(RANKS)}" in output, output
-        assert f"rank {rank} phase (2470, 200.0) allreduce {float(RANKS)}" in output, output
+        for result in ("(285, 100.0, {(1, 1)})", "(2470, 200.0, {(1, 1)})"):
+            assert f"rank {rank} phase {result} allreduce {float(RANKS)}" in output, output
     assert completed.stderr == "", completed.stderr
     assert sorted(path.name for path in work.iterdir()) == ["job.py"]
     assert list(scratch.iterdir()) == []

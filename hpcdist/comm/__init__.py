@@ -22,6 +22,7 @@ from .collectives import (
                           ibroadcast,
                           irecv,
                           isend,
+                          neighbor_allgather,
                           recv,
                           reduce,
                           reduce_scatter,
@@ -51,5 +52,5 @@ __all__ = [
     "ANY_SOURCE", "ANY_TAG", "allreduce", "reduce", "broadcast", "allgather", "gather",
     "scatter", "reduce_scatter", "alltoall", "send", "recv", "isend", "irecv", "iallreduce",
     "ibroadcast", "iallgather", "allreduce_object", "broadcast_object", "allgather_object",
-    "gather_object", "timeline", "devices",
+    "gather_object", "neighbor_allgather", "timeline", "devices",
 ]

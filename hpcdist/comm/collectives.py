@@ -4,14 +4,14 @@ Each calls the same implementation as the :class:`~hpcdist.comm.context.Context`
 method of the same name, on ``ctx`` or else the default context.
 """
 
-from . import movement, objects, p2p, reductions, requests
+from . import movement, neighbors, objects, p2p, reductions, requests
 from .context import documented_by
 from .default import resolve_context
 
 __all__ = ["allreduce", "reduce", "reduce_scatter", "broadcast", "allgather", "gather",
            "scatter", "alltoall", "send", "recv", "isend", "irecv", "iallreduce", "ibroadcast",
            "iallgather", "allreduce_object", "broadcast_object", "allgather_object",
-           "gather_object"]
+           "gather_object", "neighbor_allgather"]
 
 
 @documented_by(reductions.allreduce)
@@ -52,6 +52,11 @@ def scatter(x, root=0, axis=0, counts=None, *, ctx=None):
 @documented_by(movement.alltoall)
 def alltoall(x, counts=None, *, ctx=None):
     return movement.alltoall(x, counts, ctx=resolve_context(ctx))
+
+
+@documented_by(neighbors.neighbor_allgather)
+def neighbor_allgather(x, *, ctx=None):
+    return neighbors.neighbor_allgather(x, ctx=resolve_context(ctx))
 
 
 @documented_by(p2p.send)

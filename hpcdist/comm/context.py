@@ -10,7 +10,7 @@ context (:mod:`hpcdist.comm.default`).
 import time
 
 from ..exceptions import InvalidArgumentError
-from . import movement, objects, p2p, reductions, requests
+from . import messages, movement, neighbors, objects, p2p, reductions, requests
 from .calls import Call, describe
 from .devices import detect_cuda_aware, select_device
 from .dtypes import load_datatypes
@@ -227,6 +227,16 @@ class Context:
             return None
         return self._child(comm)
 
+    def graph(self, sources, destinations=None):
+        """A context of the same ranks with a distributed-graph topology (collective);
+        see :func:`hpcdist.comm.neighbors.create_graph`."""
+        return neighbors.create_graph(self, sources, destinations)
+
+    def channel(self):
+        """A :class:`~hpcdist.comm.messages.MessageChannel` of pickled messages on a
+        duplicate of the communicator (collective); the caller frees it."""
+        return messages.open_channel(self)
+
     def barrier(self):
         """Wait until every rank of the context has arrived."""
         if self.size > 1:
@@ -278,6 +288,10 @@ class Context:
     @documented_by(movement.alltoall)
     def alltoall(self, x, counts=None):
         return movement.alltoall(x, counts, ctx=self)
+
+    @documented_by(neighbors.neighbor_allgather)
+    def neighbor_allgather(self, x):
+        return neighbors.neighbor_allgather(x, ctx=self)
 
     @documented_by(p2p.send)
     def send(self, x, dest, tag=0, *, shape_known=False):

@@ -97,7 +97,8 @@ print(f"rank {{ctx.rank}} went on", flush=True)
 ], ids=["killed", "retired"])
 def test_a_lost_worker_rank_ends_the_job(tmp_path, how, wait):
     code = _KILLED_WORKER.format(how=how, wait=wait)
-    rc, elapsed, output = run_mpi_script(code, tmp_path, n=RANKS, timeout=120)
+    # TMPDIR: the aborted ranks cannot remove their workers' temporary directories
+    rc, elapsed, output = run_mpi_script(code, tmp_path, n=RANKS, timeout=120, TMPDIR=tmp_path)
     assert "losing a worker" in output, output
     assert rc != 0, output
     assert elapsed < JOB_LIMIT_S, f"the job took {elapsed:.1f} s to end\n{output}"

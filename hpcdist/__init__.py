@@ -62,7 +62,7 @@ from .exceptions import (
     StallError,
     StateDictKeyError,
 )
-from .parallel import DDP, DistributedDataParallel
+from .parallel import DDP, AggregationMethod, DistributedDataParallel, TrainingStrategy
 
 __all__ = [
     "__version__", "HpcdistError", "CollectiveMismatchError", "ConfigMismatchError",
@@ -74,5 +74,5 @@ __all__ = [
     "ANY_TAG", "allreduce", "reduce", "broadcast", "allgather", "gather", "scatter",
     "reduce_scatter", "alltoall", "send", "recv", "isend", "irecv", "iallreduce", "ibroadcast",
     "iallgather", "allreduce_object", "broadcast_object", "allgather_object", "gather_object",
-    "timeline", "DistributedDataParallel", "DDP",
+    "timeline", "DistributedDataParallel", "DDP", "TrainingStrategy", "AggregationMethod",
 ]

@@ -1,11 +1,25 @@
 """Data parallelism and distributed training strategies.
 
 :class:`DistributedDataParallel` (alias :data:`DDP`) averages gradients over
-ranks with bucketed, overlapped nonblocking allreduces;
+ranks with bucketed, overlapped nonblocking allreduces. The model-averaging
+strategies wrap a model and its optimizer and average parameters instead:
+:class:`LocalSGD` every few steps, :class:`ElasticAveraging` toward a center
+variable, :class:`GossipSGD` with graph neighbours only,
+:class:`FederatedAveraging` over sampled clients by data size.
+:class:`AdaptiveBatchSize` grows the global batch by the norm test;
 :func:`balance_workload` spreads tasks of known cost over ranks.
 """
 
+from .adaptive_batch import AdaptiveBatchSize
 from .balance import balance_workload
 from .ddp import DDP, DistributedDataParallel
+from .elastic import ElasticAveraging
+from .enums import AggregationMethod, TrainingStrategy
+from .errors import DivergenceError
+from .federated import FederatedAveraging
+from .gossip import GossipSGD
+from .local_sgd import LocalSGD
 
-__all__ = ["DistributedDataParallel", "DDP", "balance_workload"]
+__all__ = ["DistributedDataParallel", "DDP", "LocalSGD", "ElasticAveraging", "GossipSGD",
+           "FederatedAveraging", "AdaptiveBatchSize", "TrainingStrategy", "AggregationMethod",
+           "DivergenceError", "balance_workload"]

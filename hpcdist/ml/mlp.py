@@ -6,6 +6,8 @@ of the global ``batch_size``) and :class:`hpcdist.DistributedDataParallel`
 averages the gradients, so N ranks train like one rank with the global
 batch. The data-parallel wrapper is made when training starts (after a fit,
 a load or unpickling alike): a pickled estimator holds the network without it.
+With ``strategy=`` other than ``"data_parallel"`` (or ``adaptive_batch=``),
+:mod:`hpcdist.ml._mlp_strategies` drives the training instead.
 """
 
 import warnings
@@ -22,16 +24,16 @@ from ..comm import allreduce
 from ..comm.checks import agree, format_ranks, mark_raised_on_every_rank, validated_on_every_rank
 from ..exceptions import InvalidArgumentError
 from ..nn.optim import SGD, Adam
-from ..parallel import DistributedDataParallel
+from ..parallel import DistributedDataParallel, TrainingStrategy
 from ._base import DistributedClassifierMixin, DistributedEstimator, accepts_local_keywords
 from ._checkpointing import optimizer_from_tree, optimizer_to_tree
+from ._mlp_strategies import StrategyTraining, checked_strategy, own_rank_state, per_rank_state
 from ._validation import check_local_data
 
 __all__ = ["MLPClassifier", "MLPRegressor"]
 
 _ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
 _SOLVERS = ("adam", "sgd")
-_STRATEGIES = ("data_parallel",)
 _PREDICT_CHUNK = 4096
 
 
@@ -39,12 +41,13 @@ class _BaseMLP(DistributedEstimator):
     """Shared machinery of the MLP estimators (see :class:`MLPClassifier`)."""
 
     _model_attribute = "model_"
-    _fit_attributes = ("model_", "classes_", "_ddp")
+    _fit_attributes = ("model_", "classes_", "_ddp", "_training", "_training_state")
 
     def __init__(self, hidden_layer_sizes=(100,), *, activation="relu", solver="adam",
                  learning_rate_init=1e-3, batch_size=256, max_iter=200, random_state=None,
                  strategy="data_parallel", compression=None, comm=None, verbose=0,
-                 alpha=0.0, tol=1e-4, n_iter_no_change=10, bucket_size_mb=25.0):
+                 alpha=0.0, tol=1e-4, n_iter_no_change=10, bucket_size_mb=25.0,
+                 strategy_options=None, adaptive_batch=None):
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.solver = solver
@@ -60,6 +63,8 @@ class _BaseMLP(DistributedEstimator):
         self.tol = tol
         self.n_iter_no_change = n_iter_no_change
         self.bucket_size_mb = bucket_size_mb
+        self.strategy_options = strategy_options
+        self.adaptive_batch = adaptive_batch
 
     # -- subclass hooks -----------------------------------------------------------------
     _classification = False
@@ -78,8 +83,7 @@ class _BaseMLP(DistributedEstimator):
                 f"{name}: hidden_layer_sizes={self.hidden_layer_sizes!r} should "
                 "hold positive integers")
         for option, value, choices in (("activation", self.activation, _ACTIVATIONS),
-                                       ("solver", self.solver, _SOLVERS),
-                                       ("strategy", self.strategy, _STRATEGIES)):
+                                       ("solver", self.solver, _SOLVERS)):
             if value not in choices:
                 raise InvalidArgumentError(
                     f"{name}: {option}={value!r} is not supported; choose one "
@@ -95,6 +99,7 @@ class _BaseMLP(DistributedEstimator):
         if self.alpha < 0 or self.tol < 0:
             raise InvalidArgumentError(
                 f"{name}: alpha={self.alpha} and tol={self.tol} should be >= 0")
+        checked_strategy(name, self.strategy, self.strategy_options, self.adaptive_batch)
         return tuple(int(s) for s in sizes)
 
     def _validate(self, X, y, ctx, fitted):
@@ -143,6 +148,7 @@ class _BaseMLP(DistributedEstimator):
         self._architecture = ((n_in, *hidden, n_out), self.activation, self.solver)
         self.model_, self._optimizer = self._network(self._architecture, dtype, seed)
         self.__dict__.pop("_ddp", None)  # made for this model when training starts
+        self.__dict__.pop("_training", None)
         self.loss_curve_ = []
         self.n_iter_ = 0
         self.t_ = 0
@@ -162,6 +168,19 @@ class _BaseMLP(DistributedEstimator):
                 ctx=ctx)
         return ddp
 
+    def _strategy_training(self, ctx):
+        """The driver of a strategy other than plain data parallelism, made on first use
+        (collective; None for plain data parallelism)."""
+        training = self.__dict__.get("_training")
+        if training is None and (self._replicas_differ() or self.adaptive_batch is not None):
+            training = self._training = StrategyTraining(
+                self, ctx, self.__dict__.pop("_training_state", None))
+        return training
+
+    def _replicas_differ(self):
+        """Whether the ranks' networks may differ between averages (not data parallelism)."""
+        return TrainingStrategy(self.strategy) is not TrainingStrategy.DATA_PARALLEL
+
     # -- pickling -----------------------------------------------------------------------
     def __getstate__(self):
         """The state without the data-parallel wrapper (it holds the context).
@@ -171,6 +190,9 @@ class _BaseMLP(DistributedEstimator):
         wrapper is made again when training goes on.
         """
         state = super().__getstate__()
+        training = state.pop("_training", None)
+        if training is not None:
+            state["_training_state"] = training.state_dict()
         if state.pop("_ddp", None) is not None:
             model, optimizer = self._network(self._architecture, self._dtype, seed=0)
             model.load_state_dict(self.model_.state_dict())
@@ -217,7 +239,8 @@ class _BaseMLP(DistributedEstimator):
                 saving.end_of_epoch(self.n_iter_)
                 if converged:
                     break
-            saving.finish(self.n_iter_)
+            saving.finish(self.n_iter_)  # the replicas as they are: a resumed fit goes on exactly
+            self._finalize_replicas(ctx)
         if not converged and ctx.rank == 0 and self.tol > 0:
             warnings.warn(f"{type(self).__name__}: max_iter={self.max_iter} epochs reached "
                           "before the loss stopped improving", ConvergenceWarning,
@@ -255,8 +278,15 @@ class _BaseMLP(DistributedEstimator):
         data, shares = self._validate(X, y, ctx, fitted=fitted)
         targets = self._targets(data, first_call=not fitted, ctx=ctx, classes=classes)
         loss = self._epoch(data.X, targets, shares, data.n_global, ctx)
+        self._finalize_replicas(ctx)
         self._converged(loss)
         return self
+
+    def _finalize_replicas(self, ctx):
+        """Under a model-averaging strategy, one exact average: the same network everywhere."""
+        training = self._strategy_training(ctx)
+        if training is not None:
+            training.finalize()
 
     def _converged(self, loss):
         """sklearn's rule: stop after n_iter_no_change epochs without a tol improvement."""
@@ -273,26 +303,36 @@ class _BaseMLP(DistributedEstimator):
         Every rank runs ``ceil(n_global / batch_size)`` steps of its share of
         the batch, cycling through its (reshuffled) rows as often as needed.
         """
+        training = self._strategy_training(ctx)
+        seed = (self._seed(), self.n_iter_, ctx.rank)
+        if training is not None and training.own_loop:  # federated rounds, adaptive batches
+            self.model_.train()
+            return self._epoch_done(training.epoch(X, targets, n_global, seed))
         local_batch = shares[ctx.rank]
         steps = -(-n_global // int(self.batch_size))
-        rng = np.random.default_rng((self._seed(), self.n_iter_, ctx.rank))
+        rng = np.random.default_rng(seed)
         needed = steps * local_batch
         order = np.concatenate([rng.permutation(len(X))
                                 for _ in range(-(-needed // len(X)))])[:needed]
         # weight so that the average over ranks is the mean over the global batch
         weight = local_batch * ctx.size / int(self.batch_size)
-        ddp, optimizer, criterion = self._data_parallel(ctx), self._optimizer, self._criterion
+        optimizer, criterion = self._optimizer, self._criterion
+        network, step_function = ((self.model_, training.step_function()) if training else
+                                  (self._data_parallel(ctx), optimizer.step))
         self.model_.train()
         loss_sum = 0.0
         for step in range(steps):
             rows = order[step * local_batch:(step + 1) * local_batch]
             optimizer.zero_grad()
-            loss_sum += float(criterion(ddp(X[rows]), targets[rows])) * local_batch
-            ddp.backward(criterion.backward() * weight)
-            optimizer.step()
+            loss_sum += float(criterion(network(X[rows]), targets[rows])) * local_batch
+            network.backward(criterion.backward() * weight)
+            step_function()
             self.t_ += 1
         totals = allreduce(np.array([loss_sum, float(steps * local_batch)]), ctx=ctx)
-        loss = float(totals[0] / totals[1])
+        return self._epoch_done(float(totals[0] / totals[1]))
+
+    def _epoch_done(self, loss):
+        """Record an epoch's global loss; returns it."""
         self.loss_curve_.append(loss)
         self.loss_ = loss
         self.n_iter_ += 1
@@ -354,6 +394,15 @@ class _BaseMLP(DistributedEstimator):
             "dtype": np.dtype(self._dtype).str,
         }
         state.update(self._extra_state())
+        training = self.__dict__.get("_training")
+        training_state = (training.state_dict() if training is not None
+                          else self.__dict__.get("_training_state"))
+        if training_state:
+            state["training"] = training_state
+        if self._replicas_differ():  # each rank saves its own network and optimizer state
+            state["model"] = per_rank_state(state["model"])
+            state["optimizer"]["state"] = per_rank_state(state["optimizer"]["state"])
+            state["world_size"] = int(self._context().size)
         return state
 
     def load_state_dict(self, state):
@@ -362,8 +411,19 @@ class _BaseMLP(DistributedEstimator):
         self.n_features_in_ = int(state["n_features_in"])
         self._dtype = np.dtype(state["dtype"])
         self._build(self.n_features_in_, int(state["n_outputs"]), self._dtype)
-        self.model_.load_state_dict(state["model"])
-        self._optimizer.load_state_dict(optimizer_from_tree(state["optimizer"]))
+        model_state, optimizer_state = state["model"], dict(state["optimizer"])
+        if "world_size" in state:  # one network per rank (see state_dict)
+            saved, size = int(state["world_size"]), self._context().size
+            if saved != size:
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}.load_state_dict: the state holds {saved} networks, "
+                    f"one per rank of a strategy={self.strategy!r} fit, but {size} ranks "
+                    f"load it; resume at {saved} ranks")
+            model_state = own_rank_state(model_state)
+            optimizer_state["state"] = own_rank_state(optimizer_state["state"])
+        self.model_.load_state_dict(model_state)
+        self._optimizer.load_state_dict(optimizer_from_tree(optimizer_state))
+        self._training_state = state.get("training")
         self.loss_curve_ = [float(v) for v in np.asarray(state["loss_curve"])]
         self.n_iter_, self.t_ = int(state["n_iter"]), int(state["t"])
         self.best_loss_ = float(state["best_loss"])
@@ -390,7 +450,25 @@ class MLPClassifier(DistributedClassifierMixin, _BaseMLP):
         Epochs (over the global data).
     random_state : int, RandomState or None
         Seeds the weights (identical on all ranks) and the shuffling.
-    strategy : {"data_parallel"}, default="data_parallel"
+    strategy : str or TrainingStrategy, default="data_parallel"
+        How the ranks' networks train together: ``"data_parallel"``
+        (gradients averaged every step), ``"local_sgd"``, ``"easgd"``,
+        ``"gossip"`` or ``"federated"`` (parameters averaged by
+        :mod:`hpcdist.parallel`'s strategies; each epoch of ``"federated"``
+        is one round). The strategies' networks differ between averages;
+        ``fit`` ends with one exact average, so the fitted network is the
+        same on every rank, and checkpoints hold each rank's replica (resume
+        at the same number of ranks).
+    strategy_options : dict, optional
+        Options of the strategy, e.g. ``{"period": 8}`` for ``"local_sgd"``
+        (the strategy class's keyword arguments; ``"federated"``'s
+        ``batch_size`` defaults to ``batch_size // n_ranks`` and its ``seed``
+        to one drawn from ``random_state``).
+    adaptive_batch : (int, int), optional
+        ``(min_batch, max_batch)``: with ``"data_parallel"``, the global batch
+        starts at ``min_batch`` and grows by the norm test
+        (:class:`hpcdist.parallel.AdaptiveBatchSize`, needs 2 ranks or more);
+        ``batch_size`` then only bounds the rows each rank needs.
     compression : hpcdist.compression.Compressor, optional
         Gradient compression per DDP bucket.
     comm : None, Context or mpi4py communicator

@@ -8,6 +8,8 @@ variable, :class:`GossipSGD` with graph neighbours only,
 :class:`FederatedAveraging` over sampled clients by data size.
 :class:`AdaptiveBatchSize` grows the global batch by the norm test;
 :func:`balance_workload` spreads tasks of known cost over ranks.
+:class:`Pipeline` splits a model into stages over ranks (GPipe or 1F1B
+schedules), optionally with data-parallel replicas of the pipeline.
 """
 
 from .adaptive_batch import AdaptiveBatchSize
@@ -19,7 +21,8 @@ from .errors import DivergenceError
 from .federated import FederatedAveraging
 from .gossip import GossipSGD
 from .local_sgd import LocalSGD
+from .pipeline import Pipeline
 
 __all__ = ["DistributedDataParallel", "DDP", "LocalSGD", "ElasticAveraging", "GossipSGD",
            "FederatedAveraging", "AdaptiveBatchSize", "TrainingStrategy", "AggregationMethod",
-           "DivergenceError", "balance_workload"]
+           "DivergenceError", "balance_workload", "Pipeline"]

@@ -10,10 +10,12 @@ from .layers import Dropout, Linear
 from .losses import CrossEntropyLoss, MSELoss
 from .module import Module, Parameter, Sequential
 from .normalization import BatchNorm1d, SyncBatchNorm
+from .tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
 __all__ = [
     "Module", "Parameter", "Sequential",
     "Linear", "ReLU", "Tanh", "GELU", "Dropout",
     "BatchNorm1d", "SyncBatchNorm",
     "CrossEntropyLoss", "MSELoss", "optim",
+    "ColumnParallelLinear", "RowParallelLinear",
 ]

@@ -30,7 +30,7 @@ from .._arrays import array_module
 from .._checks import check_int
 from .._partition import balanced_counts
 from ..comm import allreduce, irecv, isend, resolve_context
-from ..comm.agreement import agree_config, described_layouts
+from ..comm.agreement import agree_config
 from ..comm.checks import mark_raised_on_every_rank
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, InvalidStateError
 from ..nn.module import Module
@@ -84,6 +84,14 @@ class Pipeline:
     Every collective (option agreement, sub-contexts, replica set-up) runs
     in the first :meth:`train_step`, not here. Buffers such as BatchNorm's
     running statistics are not synchronised between replicas.
+
+    Mixed precision: build :class:`~hpcdist.nn.amp.MixedPrecision` on
+    ``pipe.module`` with ``ctx=pipe.stage_ctx`` (the stage's replicas start
+    from the same weights) before the first step, let every rank skip the
+    same steps with ``amp.scaler.ctx = pipe.ctx``, and pass
+    ``loss_scale=amp.scale`` to :meth:`train_step`. Checkpoints: one
+    :class:`~hpcdist.checkpoint.CheckpointManager` per stage on
+    ``pipe.stage_ctx`` saving ``pipe.module.state_dict()``.
     """
 
     def __init__(self, stages, *, micro_batches=4, schedule="1f1b", data_parallel_size=None,
@@ -130,7 +138,7 @@ class Pipeline:
         self._setup()
         return self._stage_ctx
 
-    def train_step(self, x, y, loss_fn):
+    def train_step(self, x, y, loss_fn, *, loss_scale=1.0):
         """One step over a global batch; returns its mean loss on every rank (collective).
 
         Parameters
@@ -140,6 +148,9 @@ class Pipeline:
         y : ndarray of shape (n_samples, ...) or None
             Its targets on every last stage; None elsewhere.
         loss_fn : hpcdist.nn loss with ``reduction="mean"``
+        loss_scale : float, default=1.0
+            Multiplies the gradients (not the returned loss): pass
+            ``amp.scale`` of a :class:`~hpcdist.nn.amp.MixedPrecision`.
 
         Returns
         -------
@@ -155,6 +166,9 @@ class Pipeline:
             raise InvalidArgumentError(
                 f"Pipeline.train_step: loss_fn has reduction={loss_fn.reduction!r}; use "
                 "reduction='mean' (the pipeline weights the micro-batches itself)")
+        if not (isinstance(loss_scale, (int, float, np.floating)) and 0 < loss_scale < np.inf):
+            raise InvalidArgumentError(f"Pipeline.train_step: loss_scale={loss_scale!r} should "
+                                       "be a positive finite number")
         self._setup()
         start = time.perf_counter()
         signature = agree_batch(self.ctx, x, y, self.is_first_stage, self.is_last_stage)
@@ -164,7 +178,7 @@ class Pipeline:
         x = x[first:first + self._share] if self.is_first_stage else None
         y = y[first:first + self._share] if self.is_last_stage else None
         self.module.zero_grad()
-        partial = self._run(x, y, loss_fn)
+        partial = self._run(x, y, loss_fn, float(loss_scale))
         waited = time.perf_counter()
         loss = allreduce(partial, op="sum", ctx=self.ctx) if self.ctx.size > 1 else partial
         self._count("idle_seconds", time.perf_counter() - waited)
@@ -214,14 +228,10 @@ class Pipeline:
     def _setup(self):
         if self._line is not None:
             return
-        layouts = {}
-        for index, stage in enumerate(self.stages):
-            for key, text in described_layouts(list(stage.named_parameters())).items():
-                layouts[f"stage {index} {key}"] = text
         agree_config(self.ctx, "Pipeline", {
             "stages": len(self.stages), "micro_batches": self.micro_batches,
-            "schedule": self.schedule, "data_parallel_size": self.data_parallel_size,
-            **layouts}, fix="every rank must build the same stages and pipeline options")
+            "schedule": self.schedule, "data_parallel_size": self.data_parallel_size},
+            fix="every rank must build the pipeline with the same options")
         self._line = self.ctx.split(self.replica_index, self.stage_index)
         self._stage_ctx = self.ctx.split(self.stage_index, self.replica_index)
         if self.data_parallel_size > 1:
@@ -259,7 +269,7 @@ class Pipeline:
     def _count(self, key, value):
         self._stats[key] += value
 
-    def _run(self, x, y, loss_fn):
+    def _run(self, x, y, loss_fn, loss_scale):
         """Run this stage's actions; returns its part of the global mean loss."""
         sizes, line, stage = self._sizes, self._line, self.stage_index
         starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
@@ -296,7 +306,7 @@ class Pipeline:
                 if self.is_last_stage:
                     partial += self._loss_weights[i] * float(
                         loss_fn.forward(out, y[starts[i]:starts[i + 1]]))
-                    loss_grads[i] = loss_fn.backward(self._weights[i])
+                    loss_grads[i] = loss_fn.backward(self._weights[i] * loss_scale)
                 self._timed("forward", began, cpu)
                 stash[i] = capture(self.module)
                 held["count"] += 1

@@ -3,12 +3,17 @@
 Layouts at N ranks: N stages; one stage and N replicas; 2 stages x N/2 replicas
 (even N >= 4). Batches of uneven sizes, one of which changes the shapes.
 """
+import functools
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from hpcdist import nn
+from hpcdist import allgather_object, broadcast_object, nn
 from hpcdist._partition import balanced_counts
+from hpcdist.checkpoint import CheckpointManager
 from hpcdist.exceptions import InvalidArgumentError, InvalidArgumentTypeError
+from hpcdist.nn.amp import MixedPrecision
 from hpcdist.parallel import Pipeline
 from hpcdist.parallel.pipeline_schedules import ideal_bubble, replay_bubble, schedule_actions
 from tests.helpers import all_ranks, check_array, expect_error, mpi_twin
@@ -214,3 +219,66 @@ def test_missing_batch_and_bad_loss(ctx):
 
 
 test_missing_batch_and_bad_loss_mpi = mpi_twin(test_missing_batch_and_bad_loss)
+
+
+# -- mixed precision and checkpoints -------------------------------------------------------
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+def test_mixed_precision(ctx):
+    """float16 stages with float32 masters train close to float32 training, and every
+    rank skips the same steps."""
+    _, expected_losses = one_rank_training()
+    pipe = Pipeline(split_model(ctx.size), micro_batches=MICRO_BATCHES, ctx=ctx)
+    amp = MixedPrecision(pipe.module, functools.partial(nn.optim.SGD, lr=0.2),
+                         init_scale=2.0 ** 20, ctx=pipe.stage_ctx)
+    amp.scaler.ctx = pipe.ctx
+    losses = []
+    for step in range(STEPS):
+        x, y = batch(step)
+        losses.append(pipe.train_step(x.astype(np.float16) if pipe.is_first_stage else None,
+                                      y if pipe.is_last_stage else None, nn.CrossEntropyLoss(),
+                                      loss_scale=amp.scale))
+        amp.step()
+    skipped = allgather_object(amp.skipped_steps, ctx=ctx)
+    with all_ranks("mixed precision"):
+        assert len(set(skipped)) == 1 and 0 < skipped[0] < STEPS, skipped
+        assert all(p.data.dtype == np.float16 for p in pipe.parameters())
+        np.testing.assert_allclose(losses[0], expected_losses[0], rtol=1e-2)
+
+
+test_mixed_precision_mpi = mpi_twin(test_mixed_precision)
+
+
+def train_steps(pipe, optimizer, steps):
+    loss_fn = nn.CrossEntropyLoss()
+    for step in steps:
+        x, y = batch(step)
+        pipe.train_step(x if pipe.is_first_stage else None, y if pipe.is_last_stage else None,
+                        loss_fn)
+        optimizer.step()
+
+
+def test_checkpoint_round_trip(ctx, tmp_path):
+    """Each stage saves on its sub-context; a new pipeline restored from it continues
+    exactly like the one that went on."""
+    directory = Path(broadcast_object(str(tmp_path), ctx=ctx))
+    stages, replicas = layouts(ctx.size)[-1]
+    made = []
+    for _ in range(2):
+        pipe = Pipeline(split_model(stages), data_parallel_size=replicas, ctx=ctx)
+        made.append((pipe, nn.optim.SGD(pipe.parameters(), lr=0.2)))
+    (pipe, optimizer), (restored, restored_optimizer) = made
+    train_steps(pipe, optimizer, range(2))
+    manager = CheckpointManager(directory / f"stage{pipe.stage_index}", ctx=pipe.stage_ctx)
+    manager.save(2, {"model": pipe.module.state_dict()})
+    manager.wait()
+    train_steps(pipe, optimizer, range(2, STEPS))
+    again = CheckpointManager(directory / f"stage{restored.stage_index}", ctx=restored.stage_ctx)
+    restored.module.load_state_dict(again.restore()["model"])
+    train_steps(restored, restored_optimizer, range(2, STEPS))
+    with all_ranks("restored pipeline"):
+        assert again.latest_step() == 2
+        for a, b in zip(pipe.parameters(), restored.parameters()):
+            np.testing.assert_array_equal(a.data, b.data)
+
+
+test_checkpoint_round_trip_mpi = mpi_twin(test_checkpoint_round_trip)

@@ -26,6 +26,8 @@ from .launchers import choose_launcher, find_mpiexec
 
 __all__ = ["RunResult", "Attempt", "build_command", "run_job"]
 
+_SRUN_KILL_ON_BAD_EXIT = "--kill-on-bad-exit=1"
+
 #: resumptions (exit 75 without a signal to the runner) before giving up
 MAX_RESUMES = 100
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
@@ -82,7 +84,10 @@ def build_command(command, n, launcher="auto", *, launcher_args=()):
     if program is None:
         raise LauncherNotFoundError("hpcdist run: srun not found on PATH; use --launcher mpiexec")
     wrapper = [sys.executable, "-m", "hpcdist.launch.rank_wrapper"]
-    return [program, *launcher_args, "-n", str(int(n)), *wrapper, *command]
+    # srun ends the step when a task exits non-zero only when told so: a rank that dies
+    # must end the job, never leave the others waiting (a later --kill-on-bad-exit wins)
+    own = [_SRUN_KILL_ON_BAD_EXIT] if chosen == "srun" else []
+    return [program, *own, *launcher_args, "-n", str(int(n)), *wrapper, *command]
 
 
 def _read_statuses(directory):

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from hpcdist import _preemption
+from hpcdist import LauncherNotFoundError, _preemption
 from hpcdist.launch import EXIT_RESUME, Preempted, PreemptionHandler, build_command
 from hpcdist.launch.rank_wrapper import describe_status
 from tests.helpers import subprocess_env
@@ -126,6 +126,18 @@ def test_build_command_wraps_every_rank():
                            "hpcdist.launch.rank_wrapper", "python", "x.py"]
     with pytest.raises(ValueError, match="launcher='pbs'"):
         build_command(["x"], 1, "pbs")
+
+
+def test_build_command_has_srun_end_the_step_when_a_rank_fails(tmp_path, monkeypatch):
+    srun = tmp_path / "srun"
+    srun.write_text("#!/bin/sh\n")
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    command = build_command(["python", "x.py"], 2, "srun", launcher_args=["--mpi=pmix"])
+    assert command[:5] == [str(srun), "--kill-on-bad-exit=1", "--mpi=pmix", "-n", "2"]
+    monkeypatch.setenv("PATH", "")
+    with pytest.raises(LauncherNotFoundError, match="srun not found"):
+        build_command(["x"], 1, "srun")
 
 
 def test_describe_status():

@@ -105,7 +105,8 @@ def test_multi_node_template_runs_hpcdist_info_through_srun(tmp_path):
     assert "2 ranks x 1 threads on 2 node(s)" in completed.output
     assert "world_size             2" in completed.output
     [srun] = slurm.calls("srun")
-    assert srun["argv"][:3] == [f"--mpi={_srun_mpi_plugin()}", "-n", "2"]
+    # a task that exits non-zero ends the step (and so the job), never a hang
+    assert srun["argv"][:4] == ["--kill-on-bad-exit=1", f"--mpi={_srun_mpi_plugin()}", "-n", "2"]
 
 
 def test_multi_node_template_takes_the_plugin_and_launcher_from_the_environment(tmp_path):
@@ -114,12 +115,13 @@ def test_multi_node_template_takes_the_plugin_and_launcher_from_the_environment(
     completed = slurm.run("cpu_multi_node.sbatch", *command, HPCDIST_SRUN_MPI="pmix",
                           HPCDIST_LAUNCHER_ARGS="--kill-on-bad-exit=1 --cpu-bind=cores")
     assert completed.returncode == 0, completed
-    assert slurm.calls("srun")[0]["argv"][:5] == [
-        "--mpi=pmix", "--kill-on-bad-exit=1", "--cpu-bind=cores", "-n", "2"]
+    assert slurm.calls("srun")[0]["argv"][:6] == [
+        "--kill-on-bad-exit=1", "--mpi=pmix", "--kill-on-bad-exit=1", "--cpu-bind=cores", "-n",
+        "2"]
     # srun reads SLURM_MPI_TYPE itself: no --mpi then
     completed = slurm.run("cpu_multi_node.sbatch", *command, SLURM_MPI_TYPE="pmi2")
     assert completed.returncode == 0, completed
-    assert slurm.calls("srun")[1]["argv"][:2] == ["-n", "2"]
+    assert slurm.calls("srun")[1]["argv"][:3] == ["--kill-on-bad-exit=1", "-n", "2"]
     # the fallback: the environment's mpiexec inside the allocation, no srun
     completed = slurm.run("cpu_multi_node.sbatch", *command, HPCDIST_LAUNCHER="mpiexec")
     assert completed.returncode == 0, completed

@@ -10,13 +10,20 @@ attribute lookup loads the real module; mpi4py's settings are never changed.
 import sys
 import types
 
-__all__ = ["MPI", "load_mpi", "mpi_is_loaded", "world_rank"]
+__all__ = ["MPI", "load_mpi", "load_pkl5", "mpi_is_loaded", "world_rank"]
 
 
 def load_mpi():
     """The ``mpi4py.MPI`` module, imported (and so MPI initialised) on first call."""
     from mpi4py import MPI as module  # the only import of mpi4py.MPI in hpcdist
     return module
+
+
+def load_pkl5():
+    """``mpi4py.util.pkl5`` (pickle protocol 5 messages, out-of-band buffers, counts over
+    2 GiB), imported on first call: it loads ``mpi4py.MPI`` too."""
+    from mpi4py.util import pkl5  # beside the MPI loader: the same door
+    return pkl5
 
 
 def mpi_is_loaded():

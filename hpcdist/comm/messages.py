@@ -1,0 +1,182 @@
+"""Pickled messages on a private communicator, for services above comm (``hpcdist.rpc``).
+
+A :class:`MessageChannel` owns a duplicate of a context's communicator and
+sends pickled objects on it as :mod:`mpi4py.util.pkl5` does: pickle protocol
+5, large buffers (NumPy arrays) out of band as raw MPI messages, not copied
+into the pickle, parts over 2 GiB in one piece (pkl5's large-count
+datatypes). Receives are matched probes (``Improbe`` then ``Mrecv`` of the
+probed message), so a receiving thread never takes a message another thread
+probed; sends from several threads post a message's parts under one lock.
+
+:func:`pack` and :func:`unpack` pickle a payload into bytes plus its large
+buffers, so a service can send the payload inside a message whose envelope
+(call ids, kinds) unpickles even when the payload does not.
+"""
+
+import pickle
+import threading
+import time
+
+import numpy as np
+
+from .mpi import MPI, load_pkl5
+
+__all__ = ["MessageChannel", "open_channel", "pack", "unpack", "thread_level", "IN_BAND_BYTES"]
+
+#: buffers smaller than this stay inside the pickle (mpi4py's own threshold)
+IN_BAND_BYTES = 256 * 1024
+_LEVEL_NAMES = ("THREAD_SINGLE", "THREAD_FUNNELED", "THREAD_SERIALIZED", "THREAD_MULTIPLE")
+
+
+def pack(obj):
+    """Pickle ``obj`` (protocol 5) with its large buffers out of band.
+
+    Returns
+    -------
+    data : bytes
+        The pickle, with buffers under :data:`IN_BAND_BYTES` inside.
+    buffers : list of pickle.PickleBuffer
+        The larger contiguous buffers (NumPy arrays' memory), not copied.
+    """
+    buffers = []
+
+    def out_of_band(buffer):
+        if buffer.raw().nbytes < IN_BAND_BYTES:
+            return True  # in band
+        buffers.append(buffer)
+        return False
+
+    return pickle.dumps(obj, protocol=5, buffer_callback=out_of_band), buffers
+
+
+def unpack(data, buffers):
+    """The object :func:`pack` gave ``(data, buffers)`` for (arrays over the received
+    buffers, no copy)."""
+    return pickle.loads(data, buffers=buffers)
+
+
+def thread_level():
+    """The thread support MPI provides: ``(name, multiple)``, e.g.
+    ``("THREAD_SERIALIZED", False)``; ``multiple`` is whether threads may call MPI
+    at the same time (``MPI_THREAD_MULTIPLE``)."""
+    provided = MPI.Query_thread()
+    names = {getattr(MPI, name): name for name in _LEVEL_NAMES}
+    return names.get(provided, str(provided)), provided >= MPI.THREAD_MULTIPLE
+
+
+def open_channel(ctx):
+    """A :class:`MessageChannel` on a duplicate of ``ctx``'s communicator (collective).
+
+    Returns once every rank has the new communicator (a barrier on it), so
+    no message is sent to a rank still creating it.
+    """
+    comm = ctx.comm.Dup()
+    comm.Barrier()
+    return MessageChannel(comm)
+
+
+class MessageChannel:
+    """Pickled point-to-point messages on a communicator of their own.
+
+    Create one with :meth:`hpcdist.comm.Context.channel` (collective: every
+    rank of the context). Needs ``MPI_THREAD_MULTIPLE`` when several threads
+    use it (see :func:`thread_level`).
+
+    A message whose pickle holds no out-of-band buffer is one MPI message
+    (tag ``2 * tag``); one with buffers is pkl5's layout (a header of sizes,
+    the pickle, each buffer) on tag ``2 * tag + 1``, whose later parts the
+    receiver polls for (they were posted with the header).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Intracomm
+        A communicator the channel owns (a ``Dup``) and frees in :meth:`free`.
+
+    Attributes
+    ----------
+    rank, size : int
+    """
+
+    def __init__(self, comm):
+        self._pkl5 = load_pkl5()
+        self._comm = comm
+        self._pickle = MPI.Pickle()
+        self._send_lock = threading.Lock()
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+
+    def isend(self, obj, dest, tag):
+        """Post ``obj`` to rank ``dest``; returns a request with ``wait()``.
+
+        Large buffers are sent from ``obj``'s own memory: leave it unchanged
+        until the request completes.
+        """
+        data, buffers = self._pickle.dumps_oob(obj)
+        if not buffers and len(data) < 1 << 30:
+            return MPI.Comm.Isend(self._comm, (data, MPI.BYTE), dest, 2 * tag)
+        requests = []
+        with self._send_lock, self._pkl5._BigMPI() as big:  # the parts posted in order
+            sizes = np.array([len(data)] + [len(buffer) for buffer in buffers], dtype=np.int64)
+            for part in [(sizes, MPI.INT64_T), *map(big, [data, *buffers])]:
+                requests.append(MPI.Comm.Isend(self._comm, part, dest, 2 * tag + 1))
+        return _Requests(requests, sizes)
+
+    def send(self, obj, dest, tag):
+        """Send ``obj`` to ``dest`` and return when its buffers may be reused."""
+        self.isend(obj, dest, tag).wait()
+
+    def poll(self):
+        """Receive one waiting message, if any: ``(obj, source, tag)``, or None at once.
+
+        The message is matched with a matched probe (``Improbe``, then
+        ``Mrecv`` of that message), so another thread's receive cannot take it.
+        """
+        status = MPI.Status()
+        message = MPI.Comm.improbe(self._comm, MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+        if message is None:
+            return None
+        source, wire_tag = status.Get_source(), status.Get_tag()
+        if wire_tag % 2 == 0:
+            data = bytearray(status.Get_count(MPI.BYTE))
+            message.Recv((data, MPI.BYTE))
+            return self._pickle.loads(data), source, wire_tag // 2
+        return self._receive_parts(message, status, source, wire_tag), source, wire_tag // 2
+
+    def _receive_parts(self, first, status, source, tag):
+        """The rest of a pkl5 message whose size header ``first`` was probed."""
+        pkl5 = self._pkl5
+        sizes = np.empty(status.Get_count(MPI.INT64_T), dtype=np.int64)
+        first.Recv((sizes, MPI.INT64_T))
+        parts = []
+        with pkl5._BigMPI() as big:
+            for size in sizes:
+                while (message := MPI.Comm.improbe(self._comm, source, tag)) is None:
+                    time.sleep(0)  # the parts were posted with the header: they are coming
+                part = MPI.buffer.allocate(int(size))
+                message.Recv(big(part))
+                parts.append(part)
+        return self._pickle.loads_oob(parts[0], parts[1:])
+
+    def allreduce_sum(self, counts):
+        """The sum over ranks of ``counts`` (integers), as an int64 array (collective)."""
+        local = np.asarray(counts, dtype=np.int64)
+        total = np.empty_like(local)
+        self._comm.Allreduce(local, total, op=MPI.SUM)
+        return total
+
+    def free(self):
+        """Release the communicator (collective; MPI may already be finalized)."""
+        if not MPI.Is_finalized() and self._comm != MPI.COMM_NULL:
+            self._comm.Free()
+
+
+class _Requests:
+    """The requests of one message's parts (``wait()`` waits for all); keeps the
+    size header alive until then."""
+
+    def __init__(self, requests, header):
+        self._requests = requests
+        self._header = header
+
+    def wait(self):
+        MPI.Request.Waitall(self._requests)

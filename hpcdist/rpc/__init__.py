@@ -1,0 +1,15 @@
+"""Remote procedure calls over MPI (torch.distributed.rpc's API shape).
+
+``init_rpc`` starts a service thread on every rank; ``rpc_sync``,
+``rpc_async`` and ``remote`` run a function on another rank (a registered
+name or a picklable module-level callable), NumPy arrays travelling as raw
+MPI buffers. See README's "Remote procedure calls" for what the service
+trusts.
+"""
+
+from .api import init_rpc, register_function, remote, rpc_async, rpc_sync, shutdown
+from .errors import RpcError, RpcTimeoutError
+from .rref import RRef
+
+__all__ = ["init_rpc", "shutdown", "rpc_sync", "rpc_async", "remote", "RRef",
+           "register_function", "RpcError", "RpcTimeoutError"]

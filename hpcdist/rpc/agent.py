@@ -1,0 +1,294 @@
+"""The RPC agent of one rank: a service thread, a handler pool, the calls in flight.
+
+Every rank's agent owns a :class:`~hpcdist.comm.messages.MessageChannel` (a
+duplicate of the context's communicator, so only the job's own ranks can
+reach it). Two kinds of message travel on it, both pkl5 messages whose
+NumPy buffers go out of band:
+
+``(call_id, data, buffers)`` on tag ``REQUEST``
+    ``data``/``buffers`` are :func:`~hpcdist.comm.messages.pack` of
+    ``(func, args, kwargs)``, unpickled by the handler, so a call that does
+    not unpickle is answered with an error instead of breaking the service.
+``(call_id, ok, data, buffers)`` on tag ``REPLY``
+    ``ok``: the result packed; else ``data`` is ``(type, message, traceback)``
+    as text.
+
+The service thread is the only receiver: it polls with a matched probe and
+hands requests to the handler pool and replies to the waiting futures; it
+never sends and never blocks, so a rank always drains what others send it.
+It sleeps between polls once idle (a blocked MPI probe would spin a core).
+Callers and handlers send from their own threads.
+
+Graceful shutdown is a termination-detection round (Mattern's counting
+method): ranks sum their counts of requests sent, requests answered and
+replies received until all three totals are equal and unchanged since the
+previous round.
+"""
+
+import heapq
+import itertools
+import threading
+import time
+import traceback
+from concurrent.futures import Future
+
+from ..comm.messages import pack, thread_level, unpack
+from ..exceptions import InvalidStateError
+from .errors import RpcError, RpcTimeoutError
+from .pool import HandlerPool
+
+__all__ = ["Agent", "RpcFuture", "current_agent", "check_not_running", "install", "uninstall",
+           "function_name", "REQUEST", "REPLY"]
+
+REQUEST, REPLY = 1, 2
+_SPIN_SECONDS = 2e-4       # poll without sleeping this long after the last message
+_MAX_SLEEP = 2e-3          # the longest sleep between polls when idle
+_MAX_SLEEP_WAITING = 2e-4  # ... while this rank waits for replies
+_HANDLER_THREADS = 4
+_AGENT = []                # the process's agent while RPC is initialised
+
+
+def current_agent():
+    """The running :class:`Agent`; RpcError when ``init_rpc`` has not been called."""
+    if not _AGENT:
+        raise RpcError("hpcdist.rpc is not initialised: call hpcdist.rpc.init_rpc() on every "
+                       "rank first")
+    return _AGENT[0]
+
+
+def function_name(func):
+    """How a call names its function in messages: the registered name or module.qualname."""
+    if isinstance(func, str):
+        return repr(func)
+    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+
+
+class RpcFuture(Future):
+    """A :class:`concurrent.futures.Future` whose wait inside a handler lets the
+    handler pool start another thread (nested calls never deadlock)."""
+
+    _pool = None
+
+    def _wait(self, method, timeout):
+        pool = self._pool
+        if pool is None or self.done():
+            return method(self, timeout)
+        with pool.waiting():
+            return method(self, timeout)
+
+    def result(self, timeout=None):
+        return self._wait(Future.result, timeout)
+
+    def exception(self, timeout=None):
+        return self._wait(Future.exception, timeout)
+
+
+class Agent:
+    """One rank's RPC service (see the module docstring).
+
+    Parameters
+    ----------
+    ctx : hpcdist.comm.Context
+        Its ranks are the ranks calls go to and come from.
+    registry : dict
+        Registered name -> function (shared with ``register_function``).
+    """
+
+    def __init__(self, ctx, registry):
+        level, multiple = thread_level()
+        if not multiple:
+            raise RpcError(
+                f"hpcdist.rpc needs MPI_THREAD_MULTIPLE (a service thread receives while "
+                f"other threads send), but MPI was initialised with {level}. Let mpi4py "
+                f"initialise MPI with mpi4py.rc.thread_level = 'multiple' (its default) and "
+                f"use an MPI library built with thread support (the mpich wheel and Open MPI "
+                f"are)")
+        self.ctx = ctx
+        self.rank, self.size = ctx.rank, ctx.size
+        self.registry = registry
+        self.channel = ctx.channel()
+        self.pool = HandlerPool(_HANDLER_THREADS)
+        self.rrefs = {}            # rref id -> value owned here
+        self._ids = itertools.count()
+        self._pending = {}         # call id -> (future, to, function name)
+        self._deadlines = []       # heap of (deadline, call id, timeout)
+        self._lock = threading.Lock()
+        self._sent = self._answered = self._replies = 0
+        self._stopping = False
+        self._thread = threading.Thread(target=self._serve, name="hpcdist-rpc-service",
+                                        daemon=True)
+
+    def start(self):
+        """Start serving (once the agent is installed: handlers look it up)."""
+        self._thread.start()
+
+    # -- calling ---------------------------------------------------------------------------
+    def call(self, to, func, args, kwargs, timeout):
+        """Send one call to rank ``to``; returns its :class:`RpcFuture`."""
+        if self._stopping:
+            raise RpcError("hpcdist.rpc was shut down on this rank; call init_rpc() again")
+        name = function_name(func)
+        try:
+            data, buffers = pack((func, args, kwargs))
+        except Exception as exc:
+            raise RpcError(f"rpc to rank {to}: the call of {name} cannot be pickled "
+                           f"({type(exc).__name__}: {exc}); pass a registered name or a "
+                           f"module-level function and picklable arguments") from exc
+        future = RpcFuture()
+        future._pool = self.pool
+        with self._lock:
+            call_id = next(self._ids)
+            self._pending[call_id] = (future, to, name)
+            if timeout is not None:
+                heapq.heappush(self._deadlines, (time.monotonic() + timeout, call_id, timeout))
+            self._sent += 1
+        self.channel.send((call_id, data, buffers), to, REQUEST)
+        return future
+
+    # -- serving ---------------------------------------------------------------------------
+    def _serve(self):
+        poll = self.channel.poll
+        clock = time.perf_counter
+        last = clock()
+        while not self._stopping:
+            received = poll()
+            if received is not None:
+                message, source, tag = received
+                if tag == REQUEST:
+                    self.pool.submit(self._handle, source, message)
+                else:
+                    self._complete(source, message)
+                last = clock()
+                continue
+            if self._deadlines:
+                self._expire()
+            idle = clock() - last
+            if idle < _SPIN_SECONDS:
+                time.sleep(0)
+            else:
+                longest = _MAX_SLEEP_WAITING if self._pending else _MAX_SLEEP
+                time.sleep(min(longest, idle / 8))
+
+    def _handle(self, source, message):
+        call_id, data, buffers = message
+        try:
+            func, args, kwargs = unpack(data, buffers)
+            if isinstance(func, str):
+                func = self._registered(func)
+            reply = (call_id, True, *pack(func(*args, **kwargs)))
+        except Exception as exc:  # noqa: BLE001 - the caller gets it as RpcError
+            reply = (call_id, False, _describe(exc, self.rank), [])
+        try:
+            self.channel.send(reply, source, REPLY)
+        finally:
+            with self._lock:
+                self._answered += 1
+
+    def _registered(self, name):
+        func = self.registry.get(name)
+        if func is None:
+            known = ", ".join(sorted(map(repr, self.registry))) or "none"
+            raise RpcError(f"no function is registered as {name!r} on rank {self.rank} "
+                           f"(registered: {known}); call register_function({name!r}, func) "
+                           f"on the rank that runs it")
+        return func
+
+    def _complete(self, source, message):
+        call_id, ok, data, buffers = message
+        with self._lock:
+            self._replies += 1
+            entry = self._pending.pop(call_id, None)
+        if entry is None:
+            return  # timed out already
+        future, to, name = entry
+        if ok:
+            try:
+                result = unpack(data, buffers)
+            except Exception as exc:  # noqa: BLE001
+                future.set_exception(RpcError(
+                    f"rpc to rank {to} ({name}): its result cannot be unpickled here "
+                    f"({type(exc).__name__}: {exc})"))
+                return
+            future.set_result(result)
+            return
+        remote_type, remote_message, remote_traceback = data
+        future.set_exception(RpcError(
+            f"rpc to rank {to} ({name}) raised {remote_type}: {remote_message}\n"
+            f"--- traceback on rank {to} ---\n{remote_traceback.rstrip()}",
+            remote_rank=to, remote_type=remote_type, remote_message=remote_message,
+            remote_traceback=remote_traceback))
+
+    def _expire(self):
+        now = time.monotonic()
+        expired = []
+        with self._lock:
+            while self._deadlines and self._deadlines[0][0] <= now:
+                _, call_id, timeout = heapq.heappop(self._deadlines)
+                entry = self._pending.pop(call_id, None)
+                if entry is not None:
+                    expired.append((entry, timeout))
+        for (future, to, name), timeout in expired:
+            future.set_exception(RpcTimeoutError(
+                f"rpc to rank {to} ({name}) did not answer within timeout={timeout:g} s"))
+
+    # -- shutting down ---------------------------------------------------------------------
+    def counts(self):
+        """(requests sent, requests answered, replies received) by this rank so far."""
+        with self._lock:
+            return self._sent, self._answered, self._replies
+
+    def wait_quiet(self):
+        """Return when no call is outstanding on any rank (collective)."""
+        previous = None
+        pause = 1e-4
+        while True:
+            totals = tuple(int(v) for v in self.channel.allreduce_sum(self.counts()))
+            if totals[0] == totals[1] == totals[2] and totals == previous:
+                return
+            previous = totals
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+
+    def stop(self, free):
+        """Stop serving on this rank; calls still pending fail with RpcError."""
+        self._stopping = True
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+        self.pool.stop(timeout=5.0)
+        with self._lock:
+            pending, self._pending = self._pending, {}
+            self._deadlines.clear()
+        for future, to, name in pending.values():
+            if not future.done():
+                future.set_exception(RpcError(f"rpc to rank {to} ({name}): hpcdist.rpc was "
+                                              f"shut down before the reply arrived"))
+        self.rrefs.clear()
+        if free:
+            self.channel.free()
+
+
+def _describe(exc, rank):
+    """A handler's exception as text: (qualified type, message, traceback)."""
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else \
+        f"{kind.__module__}.{kind.__qualname__}"
+    text = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
+    return name, str(exc), text
+
+
+def check_not_running():
+    """InvalidStateError when an agent runs already."""
+    if _AGENT:
+        raise InvalidStateError("hpcdist.rpc is already initialised on this rank; call "
+                                "hpcdist.rpc.shutdown() before init_rpc() again")
+
+
+def install(agent):
+    """Make ``agent`` the process's agent."""
+    check_not_running()
+    _AGENT.append(agent)
+
+
+def uninstall():
+    """The process's agent, removed (None if there was none)."""
+    return _AGENT.pop() if _AGENT else None

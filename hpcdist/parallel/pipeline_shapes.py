@@ -109,12 +109,15 @@ def _decode(vector):
 
 
 def _probe_forward(module, shape, dtype, xp):
-    training = module.training
+    """The output's (shape, dtype) for zeros in evaluation mode (no running statistics
+    updated, nothing dropped); every sub-module's mode is put back afterwards."""
+    modes = [(sub, sub.training) for sub in module.modules()]
     module.eval()
     try:
         out = module.forward(xp.zeros(shape, dtype=dtype))
     finally:
-        module.train(training)
+        for sub, training in modes:
+            object.__setattr__(sub, "training", training)  # as Module.train sets it
     return tuple(out.shape), np.dtype(out.dtype)
 
 

@@ -282,3 +282,22 @@ def test_checkpoint_round_trip(ctx, tmp_path):
 
 
 test_checkpoint_round_trip_mpi = mpi_twin(test_checkpoint_round_trip)
+
+
+def test_shape_probe_keeps_modes_and_running_statistics(ctx):
+    """The shape exchange runs the stages in evaluation mode on zeros: BatchNorm's running
+    statistics are those of the training micro-batches only, and modes come back."""
+    stages = split_model(ctx.size)
+    norm, dropout = nn.BatchNorm1d(WIDTHS[0], dtype=np.float64), nn.Dropout(0.5)
+    stages[0] = nn.Sequential(norm, dropout.eval(), stages[0])
+    pipe = Pipeline(stages, micro_batches=1, ctx=ctx)
+    x, y = batch(0)
+    run_step(pipe, x, y)
+    with all_ranks("modes and statistics"):
+        assert stages[0].training and not dropout.training and norm.training
+        if pipe.is_first_stage:
+            check_array(norm.running_mean, 0.1 * x.mean(axis=0), rtol=1e-12, atol=1e-15)
+
+
+test_shape_probe_keeps_modes_and_running_statistics_mpi = mpi_twin(
+    test_shape_probe_keeps_modes_and_running_statistics)

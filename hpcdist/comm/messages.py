@@ -151,7 +151,8 @@ class MessageChannel:
         with pkl5._BigMPI() as big:
             for size in sizes:
                 while (message := MPI.Comm.improbe(self._comm, source, tag)) is None:
-                    time.sleep(0)  # the parts were posted with the header: they are coming
+                    time.sleep(1e-5)  # posted with the header, they are coming; a real
+                    # sleep lets other threads take the GIL (sleep(0) may not)
                 part = MPI.buffer.allocate(int(size))
                 message.Recv(big(part))
                 parts.append(part)

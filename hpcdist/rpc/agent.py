@@ -41,7 +41,8 @@ __all__ = ["Agent", "RpcFuture", "current_agent", "check_not_running", "install"
            "function_name", "REQUEST", "REPLY"]
 
 REQUEST, REPLY = 1, 2
-_SPIN_SECONDS = 2e-4       # poll without sleeping this long after the last message
+_SPIN_SECONDS = 1e-3       # poll at the shortest sleep this long after the last message
+_MIN_SLEEP = 1e-5          # (Linux sleeps about 60 us for it: its timer slack)
 _MAX_SLEEP = 2e-3          # the longest sleep between polls when idle
 _MAX_SLEEP_WAITING = 2e-4  # ... while this rank waits for replies
 _HANDLER_THREADS = 4
@@ -162,12 +163,11 @@ class Agent:
                 continue
             if self._deadlines:
                 self._expire()
+            # a real sleep, never sleep(0): a thread that only yields may take the GIL
+            # straight back and keep the handlers from it for a whole switch interval
             idle = clock() - last
-            if idle < _SPIN_SECONDS:
-                time.sleep(0)
-            else:
-                longest = _MAX_SLEEP_WAITING if self._pending else _MAX_SLEEP
-                time.sleep(min(longest, idle / 8))
+            longest = _MAX_SLEEP_WAITING if self._pending else _MAX_SLEEP
+            time.sleep(_MIN_SLEEP if idle < _SPIN_SECONDS else min(longest, idle / 8))
 
     def _handle(self, source, message):
         call_id, data, buffers = message

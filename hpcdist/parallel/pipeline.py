@@ -44,10 +44,6 @@ __all__ = ["Pipeline"]
 _FORWARD_TAG, _BACKWARD_TAG = 1, 2
 
 
-def _every_rank(error):
-    return mark_raised_on_every_rank(error)
-
-
 class Pipeline:
     """Pipeline parallelism (GPipe or 1F1B) with optional data-parallel replicas.
 
@@ -77,7 +73,10 @@ class Pipeline:
     ------
     InvalidArgumentError
         On every rank: the stage count does not divide the ranks, a stage has
-        no trainable parameters, a bad option.
+        no trainable parameters, a bad option. :meth:`train_step` raises on
+        every rank, naming the stage, when a stage cannot take its
+        predecessor's output (or the loss the last stage's) and when
+        ``micro_batches`` exceeds a replica's share of the batch.
 
     Notes
     -----
@@ -244,7 +243,7 @@ class Pipeline:
         if m > shares[-1]:
             spread = (f" split over {replicas} replicas (the smallest share has {shares[-1]})"
                       if replicas > 1 else "")
-            raise _every_rank(InvalidArgumentError(
+            raise mark_raised_on_every_rank(InvalidArgumentError(
                 f"Pipeline.train_step: micro_batches={m} is larger than the batch of {rows} "
                 f"rows{spread}; pass a batch of at least {m * replicas} rows or fewer "
                 "micro_batches"))

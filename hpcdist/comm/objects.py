@@ -1,11 +1,24 @@
-"""Collectives on picklable Python objects (small metadata, not bulk arrays)."""
+"""Collectives on picklable Python objects (small metadata, not bulk arrays).
+
+Each is one of mpi4py's pickling collectives, except ``allreduce_object``:
+mpi4py's ``comm.allreduce`` of objects keeps the GIL while it waits for the
+other ranks, which would stop every other thread of the rank (the stall
+watchdog, an RPC service) for as long as a slow rank takes. It gathers the
+values instead (mpi4py's ``allgather`` waits without the GIL) and combines
+them in rank order, so every rank computes the same result.
+"""
+
+import functools
+import operator
 
 from .checks import agree
-from .ops import parse_op, predefined_op
+from .ops import parse_op
 from .reductions import check_root
 
 __all__ = ["allreduce_object", "broadcast_object", "allgather_object", "gather_object"]
 
+_COMBINE = {"sum": operator.add, "mean": operator.add, "prod": operator.mul,
+            "min": lambda a, b: b if b < a else a, "max": lambda a, b: b if b > a else a}
 
 
 def _run(ctx, name, call, *fields):
@@ -31,8 +44,8 @@ def allreduce_object(obj, op="sum", *, ctx):
     op = parse_op(op)
     if ctx.size == 1:
         return obj / 1 if op == "mean" else obj
-    result = _run(ctx, "allreduce_object",
-                  lambda: ctx.comm.allreduce(obj, op=predefined_op(op)), f"op={op}")
+    values = _run(ctx, "allreduce_object", lambda: ctx.comm.allgather(obj), f"op={op}")
+    result = functools.reduce(_COMBINE[op], values)
     return result / ctx.size if op == "mean" else result
 
 

@@ -187,8 +187,10 @@ def ibroadcast(x, root=0, *, ctx):
     is_root = ctx.rank == root
     shape_known = 1 if (is_root or x is not None) else 0
     # receivers that passed None need the shape: agree on it first, collectively
-    everyone_knows = ctx._private_comm.allreduce(shape_known, op=MPI.MIN)
-    if not everyone_knows:
+    # (a buffer allreduce: mpi4py's object allreduce would keep the GIL while it waits)
+    everyone_knows = np.array([shape_known], dtype=np.int8)
+    ctx._private_comm.Allreduce(MPI.IN_PLACE, everyone_knows, op=MPI.MIN)
+    if not everyone_knows[0]:
         header = None
         if is_root:
             data = resolve(x, ctx, "ibroadcast", slot=None).data

@@ -1,4 +1,7 @@
 """Object collectives: allreduce_object, broadcast_object, allgather_object, gather_object."""
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -42,6 +45,38 @@ def test_allreduce_object_floats_and_mean(ctx):
         assert abs(s - (n * (n - 1) / 2 + 0.25 * n)) < 1e-12
         assert abs(m - (n - 1) / 2) < 1e-12, m
         assert abs(mf - (n - 1) / 2) < 1e-12, mf
+
+
+def test_allreduce_object_combines_in_rank_order_the_same_on_every_rank(ctx):
+    words = hpcdist.allreduce_object([f"r{ctx.rank}"], "sum")  # list + list: order shows
+    lowest = hpcdist.allreduce_object((ctx.rank % 2, -ctx.rank), "min")
+    with all_ranks():
+        assert words == [f"r{r}" for r in range(ctx.size)], words
+        assert lowest == (0, -(ctx.size - 1 - (ctx.size - 1) % 2)), lowest
+
+
+def test_allreduce_object_lets_other_threads_run_while_it_waits(ctx):
+    """mpi4py's object allreduce keeps the GIL while it waits; hpcdist's must not (the
+    stall watchdog and an RPC service are threads)."""
+    ticks, stop = [0], threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.005)
+
+    ctx.barrier()
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    if ctx.rank != 0:
+        time.sleep(0.5)  # rank 0 waits for the others inside the call
+    before = ticks[0]
+    hpcdist.allreduce_object(1, "sum")
+    during = ticks[0] - before
+    stop.set()
+    ticker.join()
+    with all_ranks():
+        assert ctx.rank != 0 or during >= 10, f"the thread ticked {during} times in 0.5 s"
 
 
 def test_allreduce_object_unknown_op(ctx):

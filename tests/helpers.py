@@ -58,9 +58,11 @@ def assert_on_all_ranks(ok, message=""):
         if not ok:
             raise AssertionError(f"rank 0: {message}")
         return
-    # cheap flag first, messages only on failure
-    all_ok = comm.allreduce(1 if ok else 0, op=MPI.MIN)
-    if all_ok:
+    # cheap flag first, messages only on failure (a buffer allreduce: mpi4py's object
+    # allreduce keeps the GIL while it waits, stopping the rank's other threads)
+    all_ok = np.array([ok], dtype=np.int8)
+    comm.Allreduce(MPI.IN_PLACE, all_ok, op=MPI.MIN)
+    if all_ok[0]:
         return
     msgs = comm.allgather(None if ok else str(message))
     failed = [(r, m) for r, m in enumerate(msgs) if m is not None]

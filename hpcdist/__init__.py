@@ -59,6 +59,7 @@ from .exceptions import (
     InvalidStateError,
     LauncherNotFoundError,
     MissingDatasetError,
+    RemoteError,
     StallError,
     StateDictKeyError,
 )
@@ -68,7 +69,7 @@ __all__ = [
     "__version__", "HpcdistError", "CollectiveMismatchError", "ConfigMismatchError",
     "InvalidArgumentError", "InvalidArgumentTypeError", "MissingDatasetError", "DataFileError",
     "DataFileNotFoundError", "StallError", "InvalidStateError", "StateDictKeyError",
-    "LauncherNotFoundError",
+    "LauncherNotFoundError", "RemoteError",
     "Context", "init", "finalize", "get_context", "get_rank", "get_world_size",
     "get_local_rank", "is_main_process", "barrier", "ReduceOp", "Request", "ANY_SOURCE",
     "ANY_TAG", "allreduce", "reduce", "broadcast", "allgather", "gather", "scatter",

@@ -10,6 +10,7 @@ __all__ = [
     "HpcdistError", "CollectiveMismatchError", "ConfigMismatchError", "InvalidArgumentError",
     "InvalidArgumentTypeError", "MissingDatasetError", "DataFileError", "DataFileNotFoundError",
     "StallError", "InvalidStateError", "StateDictKeyError", "LauncherNotFoundError",
+    "RemoteError",
 ]
 
 
@@ -75,3 +76,42 @@ class InvalidStateError(HpcdistError, RuntimeError):
 
 class LauncherNotFoundError(HpcdistError, FileNotFoundError):
     """No MPI launcher (``mpiexec``, ``srun``) was found; the message says what to install."""
+
+
+class RemoteError(HpcdistError, RuntimeError):
+    """Code running on another rank raised; the original is kept as text.
+
+    The base of :class:`hpcdist.rpc.RpcError` (a remote call's handler) and
+    :class:`hpcdist.dask.DaskPhaseError` (a Dask phase's ``func``). Pickles
+    with its attributes.
+
+    Attributes
+    ----------
+    remote_rank : int or None
+        The rank where the exception was raised.
+    remote_type : str or None
+        The original exception's type name, e.g. ``"ValueError"``.
+    remote_message : str or None
+        The original exception's message.
+    remote_traceback : str or None
+        The traceback as that rank formatted it.
+    """
+
+    def __init__(self, message, *, remote_rank=None, remote_type=None, remote_message=None,
+                 remote_traceback=None):
+        super().__init__(message)
+        self.remote_rank = remote_rank
+        self.remote_type = remote_type
+        self.remote_message = remote_message
+        self.remote_traceback = remote_traceback
+
+    def __reduce__(self):
+        return (_rebuild_remote_error, (type(self), str(self), self.remote_rank,
+                                        self.remote_type, self.remote_message,
+                                        self.remote_traceback))
+
+
+def _rebuild_remote_error(cls, message, remote_rank, remote_type, remote_message,
+                          remote_traceback):
+    return cls(message, remote_rank=remote_rank, remote_type=remote_type,
+               remote_message=remote_message, remote_traceback=remote_traceback)

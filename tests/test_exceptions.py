@@ -2,6 +2,7 @@
 
 import ast
 import builtins
+import pickle
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ _BASES = {
     "InvalidStateError": (hpcdist.HpcdistError, RuntimeError),
     "StateDictKeyError": (hpcdist.HpcdistError, KeyError),
     "LauncherNotFoundError": (hpcdist.HpcdistError, FileNotFoundError),
+    "RemoteError": (hpcdist.HpcdistError, RuntimeError),
 }
 # built-ins that are no user error: abstract methods, exit codes, the attribute protocol
 # of __getattr__, and assertions of invariants (a bug of hpcdist's when they fire)
@@ -89,3 +91,17 @@ def test_new_classes_keep_the_message_as_written_for_key_errors():
     with pytest.raises(KeyError, match="missing keys"):
         raise hpcdist.StateDictKeyError("load_state_dict: missing keys ['w']")
     assert str(hpcdist.StateDictKeyError("a 'b' c")) == "a 'b' c"
+
+
+def test_remote_errors_pickle_with_what_the_other_rank_raised():
+    pytest.importorskip("distributed")
+    from hpcdist.dask import DaskPhaseError
+    from hpcdist.rpc import RpcError, RpcTimeoutError
+    for cls in (hpcdist.RemoteError, DaskPhaseError, RpcError, RpcTimeoutError):
+        error = cls("rank 1 raised ValueError: bad", remote_rank=1, remote_type="ValueError",
+                    remote_message="bad", remote_traceback="Traceback ...")
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is cls and isinstance(copy, hpcdist.RemoteError)
+        assert str(copy) == str(error)
+        assert (copy.remote_rank, copy.remote_type, copy.remote_message,
+                copy.remote_traceback) == (1, "ValueError", "bad", "Traceback ...")

@@ -243,7 +243,7 @@ class Phase:
             f"{self.where}: func failed on the client rank {rank} with {exc_type}: "
             f"{exc_message}\n"
             f"--- traceback on rank {rank} ---\n{remote_traceback.rstrip()}",
-            rank=rank, exc_type=exc_type, exc_message=exc_message,
+            remote_rank=rank, remote_type=exc_type, remote_message=exc_message,
             remote_traceback=remote_traceback) from error
 
     def discard(self):

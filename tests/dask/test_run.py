@@ -101,7 +101,7 @@ def test_an_exception_in_func_is_raised_on_every_rank(ctx):
                                 r"traceback on rank 1", r"in _fails"])
     with all_ranks("the error's attributes"):
         assert isinstance(error, hpcdist.HpcdistError) and isinstance(error, RuntimeError)
-        assert (error.rank, error.exc_type, error.exc_message) == (
+        assert (error.remote_rank, error.remote_type, error.remote_message) == (
             1, "ValueError", "no data for month 13")
         assert "raise ValueError" in error.remote_traceback
     assert hpcdist.allreduce(1, ctx=ctx) == ctx.size  # the job goes on

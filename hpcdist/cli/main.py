@@ -23,10 +23,11 @@ BENCHMARKS = {"collectives": "hpcdist.bench.collectives",
               "kmeans": "hpcdist.bench.kmeans",
               "forest": "hpcdist.bench.forest",
               "checkpoint": "hpcdist.bench.checkpoint",
+              "strategies": "hpcdist.bench.strategies",
               "gpu": "hpcdist.bench.gpu"}
 #: benchmarks that start one mpiexec job per rank count themselves: ``-n N``
 #: becomes ``--ranks 1,N`` (measured at 1 rank and at N ranks)
-SELF_LAUNCHING = {"mlp", "kmeans", "forest", "checkpoint"}
+SELF_LAUNCHING = {"mlp", "kmeans", "forest", "checkpoint", "strategies"}
 
 
 def build_parser():

@@ -15,6 +15,7 @@ rank raises :class:`~hpcdist.parallel.DivergenceError` at the same step,
 ``diameter`` steps after the first rank saw it, naming that first step.
 """
 
+from .._arrays import array_module
 from ..comm.checks import mark_raised_on_every_rank
 from .averaging import ModelAveraging, all_finite
 from .errors import DivergenceError
@@ -77,7 +78,7 @@ class GossipSGD(ModelAveraging):
             gathered = self.graph.neighbor_allgather(flat)  # (n_peers, flat.size)
             if neighbour_ages is None:
                 neighbour_ages = gathered[:, -1].tolist()
-            mixed = self._weights.astype(flat.dtype) @ gathered
+            mixed = array_module(flat).asarray(self._weights, dtype=flat.dtype) @ gathered
             flat *= self._self_weight
             flat += mixed
         self._counted(buffers.nbytes * len(self.peers))

@@ -24,10 +24,11 @@ BENCHMARKS = {"collectives": "hpcdist.bench.collectives",
               "forest": "hpcdist.bench.forest",
               "checkpoint": "hpcdist.bench.checkpoint",
               "strategies": "hpcdist.bench.strategies",
+              "pipeline": "hpcdist.bench.pipeline",
               "gpu": "hpcdist.bench.gpu"}
 #: benchmarks that start one mpiexec job per rank count themselves: ``-n N``
 #: becomes ``--ranks 1,N`` (measured at 1 rank and at N ranks)
-SELF_LAUNCHING = {"mlp", "kmeans", "forest", "checkpoint", "strategies"}
+SELF_LAUNCHING = {"mlp", "kmeans", "forest", "checkpoint", "strategies", "pipeline"}
 
 
 def build_parser():

@@ -1,6 +1,7 @@
-"""Smoke test of the pipeline benchmark harness (not a speed test): one quick run at 1
-and 2 ranks, merged into one report."""
+"""Smoke test of the pipeline benchmark harness (not a speed test): ``hpcdist bench
+pipeline -n 2 --quick``, one job at 1 rank and one at 2 ranks merged into one report."""
 import json
+import os
 import sys
 
 import pytest
@@ -10,10 +11,12 @@ from tests.helpers import run_ok
 
 pytestmark = pytest.mark.slow
 
+HPCDIST = os.path.join(os.path.dirname(sys.executable), "hpcdist")
+
 
 def test_quick_run_reports_bubbles_and_stash_peaks(tmp_path):
-    run_ok([sys.executable, "-m", "hpcdist.bench.pipeline", "--quick", "--ranks", "1,2",
-            "--output-dir", str(tmp_path)], tmp_path)
+    run_ok([HPCDIST, "bench", "pipeline", "-n", "2", "--quick", "--output-dir", str(tmp_path)],
+           tmp_path)
     report = json.loads((tmp_path / "pipeline.json").read_text())
     assert report["benchmark"] == "pipeline" and list(report["runs"]) == ["1", "2"]
     assert report["runs"]["1"]["one_rank_samples_per_second"] > 0

@@ -25,6 +25,7 @@ BENCHMARKS = {"collectives": "hpcdist.bench.collectives",
               "checkpoint": "hpcdist.bench.checkpoint",
               "strategies": "hpcdist.bench.strategies",
               "pipeline": "hpcdist.bench.pipeline",
+              "ps": "hpcdist.bench.ps",
               "gpu": "hpcdist.bench.gpu"}
 #: benchmarks that start one mpiexec job per rank count themselves: ``-n N``
 #: becomes ``--ranks 1,N`` (measured at 1 rank and at N ranks)

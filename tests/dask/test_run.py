@@ -58,7 +58,7 @@ def _who_am_i(client, *args, **kwargs):
 def test_options_stay_with_run_and_the_rest_goes_to_func(ctx):
     last = ctx.size - 1
     rank, args, kwargs, nthreads = run(_who_am_i, 1, "two", ctx=ctx, client_rank=last,
-                                       threads_per_worker=2, memory_limit="1GiB",
+                                       threads_per_worker=2, memory_limit="8GiB",
                                        interface="lo", verbose=False, dashboard=False,
                                        color="red")
     with all_ranks("func's arguments"):

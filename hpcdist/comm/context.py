@@ -134,9 +134,14 @@ class Context:
         self._inflight = (name, call, peer, start := _perf_counter())
         return start
 
-    def _inflight_signature(self):
-        """The pending call as text, e.g. ``broadcast float32[1024] root=0`` (None when idle)."""
-        inflight = self._inflight
+    def _inflight_signature(self, inflight=...):
+        """The pending call as text, e.g. ``broadcast float32[1024] root=0`` (None when idle).
+
+        ``inflight``: a mark the caller already read (the watchdog), so the
+        text describes the same call as its name and start time.
+        """
+        if inflight is ...:
+            inflight = self._inflight
         if inflight is None:
             return None
         name, call, peer, _ = inflight

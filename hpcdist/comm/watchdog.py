@@ -105,8 +105,8 @@ class Watchdog:
             if inflight is not None:
                 name, since = inflight[0], inflight[3]
                 try:
-                    signature = ctx._inflight_signature()
-                except Exception:  # the call moved on while we read it: the name will do
+                    signature = ctx._inflight_signature(inflight)
+                except Exception:  # an object that cannot describe itself: the name will do
                     signature = None
                 return name, ctx._calls + 1, now - since, ctx.size, signature
         return None

@@ -95,7 +95,6 @@ import argparse
 import functools
 import math
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass
@@ -111,6 +110,7 @@ from .common import (
     KIB,
     MIB,
     benchmark_parser,
+    byte_size_list,
     format_size,
     init_gloo,
     load_average,
@@ -316,24 +316,6 @@ class Backends:
 
 # -- arguments ------------------------------------------------------------------------------
 
-def _parse_size(text: str) -> int:
-    """``"64"``, ``"64B"``, ``"1K"``, ``"1KiB"``, ``"16M"`` in bytes."""
-    match = re.fullmatch(r"\s*(\d+)\s*([kmg]?)(i?b)?\s*", text, flags=re.IGNORECASE)
-    if match is None:
-        raise argparse.ArgumentTypeError(
-            f"size={text!r} is not a byte count; use e.g. 8, 1K, 64KiB, 16M")
-    scale = {"": 1, "k": KIB, "m": MIB, "g": 1024 * MIB}[match.group(2).lower()]
-    value = int(match.group(1)) * scale
-    if value < ITEMSIZE or value % ITEMSIZE:
-        raise argparse.ArgumentTypeError(
-            f"size={text!r} ({value} B) should be a positive multiple of {ITEMSIZE} (float32)")
-    return value
-
-
-def _size_list(text: str) -> list[int]:
-    return sorted({_parse_size(part) for part in text.split(",") if part.strip()})
-
-
 def _operation_list(text: str) -> list[str]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names or any(name not in OPERATIONS for name in names):
@@ -351,7 +333,7 @@ def _build_parser() -> argparse.ArgumentParser:
         quick=f"short run: 8 B, 1 KiB, 64 KiB, 1 MiB, {QUICK_REPETITIONS} repetitions, "
               f"{QUICK_BATCH_MS:g} ms batches")
     parser.add_argument(
-        "--sizes", type=_size_list,
+        "--sizes", type=byte_size_list(ITEMSIZE, "float32"),
         help="comma list of bytes per rank, suffixes K, M, G for KiB, MiB, GiB "
              "(default: 8 B, then powers of 4 from 64 B to 64 MiB)")
     parser.add_argument(

@@ -5,6 +5,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import socket
 import statistics
 import subprocess
@@ -339,6 +340,28 @@ def merged_report(benchmark, runs, settings, summary, **extra):
     return {"benchmark": benchmark, "machine": largest["machine"], "settings": settings,
             "runs": {str(n): run for n, run in sorted(runs.items())}, **extra,
             "summary": summary}
+
+
+def byte_size_list(itemsize, dtype_name):
+    """An argparse ``type``: a comma list of byte counts (``8``, ``1K``, ``64KiB``,
+    ``16M``, ``1G``), sorted without repeats, each a positive multiple of
+    ``itemsize`` (the size of one ``dtype_name`` element)."""
+    def parse_one(text):
+        match = re.fullmatch(r"\s*(\d+)\s*([kmg]?)(i?b)?\s*", text, flags=re.IGNORECASE)
+        if match is None:
+            raise argparse.ArgumentTypeError(
+                f"size={text!r} is not a byte count; use e.g. 8, 1K, 64KiB, 16M")
+        value = int(match.group(1)) * 1024 ** " kmg".index(match.group(2).lower() or " ")
+        if value < itemsize or value % itemsize:
+            raise argparse.ArgumentTypeError(
+                f"size={text!r} ({value} B) should be a positive multiple of {itemsize} "
+                f"({dtype_name})")
+        return value
+
+    def parse(text):
+        return sorted({parse_one(part) for part in text.split(",") if part.strip()})
+
+    return parse
 
 
 def fill_sizes(parser, args, defaults, quick, minimums=None):

@@ -42,7 +42,6 @@ the issue's benchmark (steps per second of sync, async and bounded
 staleness) is not here yet.
 """
 
-import argparse
 import statistics
 import sys
 import time
@@ -55,6 +54,7 @@ from .common import (
     KIB,
     MIB,
     benchmark_parser,
+    byte_size_list,
     format_size,
     idle_until_all_arrive,
     load_average,
@@ -93,28 +93,13 @@ def echo(x):
 
 # -- arguments ------------------------------------------------------------------------------
 
-def _size(text):
-    """``"8"``, ``"64K"``, ``"1M"``, ``"64MiB"`` in bytes (a multiple of 8: float64)."""
-    digits = text.strip().upper().removesuffix("B").removesuffix("I")
-    scale = {"K": KIB, "M": MIB}.get(digits[-1:], 1)
-    digits = digits.rstrip("KM")
-    if not digits.isdigit() or int(digits) * scale % 8 or not int(digits):
-        raise argparse.ArgumentTypeError(f"size={text!r} should be a positive multiple of 8 "
-                                         f"bytes (float64), e.g. 8, 64K, 1M")
-    return int(digits) * scale
-
-
-def _size_list(text):
-    return sorted({_size(part) for part in text.split(",") if part.strip()})
-
-
 def _parse_args(argv):
     parser = benchmark_parser(
         "ps", "Round trip of hpcdist.rpc's rpc_sync (echo of a float64 array) against a raw "
               "mpi4py Send/Recv ping-pong and mpi4py.futures, interleaved, at 2 ranks.",
         quick=f"3 sizes ({', '.join(map(format_size, QUICK_SIZES))}), {QUICK_REPETITIONS} "
               f"repetitions, {QUICK_BATCH_MS:g} ms batches", plot=False)
-    parser.add_argument("--sizes", type=_size_list,
+    parser.add_argument("--sizes", type=byte_size_list(8, "float64"),
                         help="comma list of array bytes, K and M for KiB and MiB, multiples "
                              "of 8 (default: 8 B, 512 B, 8 KiB, 64 KiB ... 64 MiB)")
     parser.add_argument("--repetitions", type=int, help=f"default {DEFAULT_REPETITIONS}")

@@ -1,4 +1,9 @@
-"""Entry point of the ``hpcdist`` console script."""
+"""Entry point of the ``hpcdist`` console script.
+
+Building the parser loads no estimator, no MPI and no benchmark: a command's
+module is imported when that command runs (``hpcdist run`` and usage errors
+start in a fraction of a second).
+"""
 
 import argparse
 import importlib
@@ -11,8 +16,7 @@ from ..launch.environment import under_mpi_launcher
 from ..launch.launchers import find_mpiexec
 from ..launch.runner import run_job
 from .arguments import RankZeroArgumentParser
-from .info import run_info
-from .train import add_train_parser, check_train_arguments, run_train
+from .train_options import add_train_parser, check_train_arguments
 
 __all__ = ["main", "build_parser"]
 
@@ -129,7 +133,7 @@ def _run_train(args):
                 index = argv.index(flag)
                 del argv[index:index + 2]
         return _relaunch(args.ranks, argv)
-    return run_train(args)
+    return importlib.import_module(".train", __package__).run_train(args)
 
 
 def _run_job(parser, args):
@@ -155,7 +159,7 @@ def main(argv=None):
     if args.command == "train":
         return _run_train(args)
     if args.command == "info":
-        return run_info(args)
+        return importlib.import_module(".info", __package__).run_info(args)
     if args.command == "bench":
         return _run_bench(parser, args)
     raise AssertionError(args.command)  # argparse rejects unknown commands

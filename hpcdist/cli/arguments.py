@@ -10,10 +10,16 @@ same path.
 """
 
 import argparse
+import time
 
 from ..launch.environment import rank_layout
 
 __all__ = ["RankZeroArgumentParser", "prints_for_the_job"]
+
+#: how long a silent rank waits before exiting after a usage error: Open MPI's mpiexec
+#: ends the whole job when the first rank exits non-zero, which could be before rank 0
+#: has printed the message
+SILENT_RANK_EXIT_DELAY = 2.0
 
 
 def prints_for_the_job():
@@ -27,10 +33,17 @@ class RankZeroArgumentParser(argparse.ArgumentParser):
 
     Its sub-command parsers are of the same class. Every rank still exits
     (``SystemExit``) with argparse's status: 2 after a usage error, 0 after
-    ``--help``.
+    ``--help``; after an error the silent ranks first wait
+    :data:`SILENT_RANK_EXIT_DELAY` seconds, so rank 0's message is out before
+    the launcher ends the job.
     """
 
     def _print_message(self, message, file=None):
         # argparse prints usage, help, version and errors through this one method
         if prints_for_the_job():
             super()._print_message(message, file)
+
+    def exit(self, status=0, message=None):
+        if status and not prints_for_the_job():
+            time.sleep(SILENT_RANK_EXIT_DELAY)
+        super().exit(status, message)

@@ -27,7 +27,6 @@ HOST, PY_SCALAR, NP_SCALAR, DEVICE_DIRECT, DEVICE_STAGED = range(5)
 #: dtype -> MPI datatype for the dtypes Python's buffer protocol describes (filled when
 #: MPI loads); the 16-bit floats travel as raw 2-byte words with a private datatype
 _PLAIN = PREDEFINED_DATATYPES
-_new = object.__new__
 
 
 class Call:
@@ -205,7 +204,7 @@ class _FullCall(Call):
 
 def _host_call(data, kind, ctx, scalar_type=None):
     """A :class:`_FullCall` of data ``data`` (C-contiguous, of a supported dtype)."""
-    call = _new(_FullCall)
+    call = _FullCall()
     call.data, call.kind, call.ctx = data, kind, ctx
     call.scalar_type, call.backend, call.target, call.output_slot = scalar_type, None, None, "recv"
     call.spec = spec_of(data)
@@ -242,7 +241,7 @@ def resolve(x, ctx, name, slot="send", incoming=False, array_fix=None):
         flags = x.flags
         if flags.c_contiguous and (not incoming or flags.writeable):
             # the common case, kept short: a plain host array
-            call = _new(Call)
+            call = Call()  # no __init__: the class call is the cheapest way to a new one
             call.data = x
             call.spec = (x, datatype)
             return call

@@ -87,3 +87,40 @@ result = hpcdist.broadcast(np.arange(3)).tolist()
 print(json.dumps([before, 'mpi4py.MPI' in sys.modules, result]))
 """
     assert _run(code) == [False, True, [0, 1, 2]]
+
+
+def test_import_hpcdist_loads_the_layers_on_first_use_of_their_names():
+    code = """
+import json, sys
+import hpcdist
+heavy = ['hpcdist.comm', 'hpcdist.parallel', 'numba', 'scipy', 'sklearn']
+loaded_at_import = [name for name in heavy if name in sys.modules]
+names_listed = sorted(set(hpcdist.__all__) - set(dir(hpcdist)))
+from hpcdist import allreduce, DistributedDataParallel
+same = allreduce is hpcdist.allreduce is hpcdist.comm.allreduce
+kmeans = hpcdist.ml.KMeans.__name__
+try:
+    hpcdist.no_such_name
+    missing = 'no error'
+except AttributeError as error:
+    missing = str(error)
+print(json.dumps([loaded_at_import, names_listed, same, kmeans, missing,
+                  DistributedDataParallel.__name__]))
+"""
+    loaded, unlisted, same, kmeans, missing, ddp = _run(code)
+    assert loaded == [] and unlisted == []
+    assert same and kmeans == "KMeans" and ddp == "DistributedDataParallel"
+    assert missing == "module 'hpcdist' has no attribute 'no_such_name'"
+
+
+def test_the_launcher_and_usage_errors_load_no_estimator_or_mpi():
+    code = """
+import json, sys
+from hpcdist.cli.main import build_parser
+import hpcdist.launch.rank_wrapper
+build_parser()
+print(json.dumps(sorted(name for name in ('sklearn', 'numba', 'scipy', 'mpi4py.MPI',
+                                          'hpcdist.comm', 'hpcdist.ml', 'h5py')
+                        if name in sys.modules)))
+"""
+    assert _run(code) == []

@@ -84,11 +84,15 @@ hpcdist_srun_mpi() {
     fi
 }
 
-# Whether the job was cancelled (scancel, which also sends SIGTERM): its state
-# reads CANCELLED from that moment. A template must then neither requeue it
-# (scontrol requeue also takes finished jobs) nor submit the next one.
+# Whether the job was cancelled (scancel, which also sends SIGTERM). While its
+# batch script still runs, Slurm (22.05 at least) shows such a job as
+# COMPLETING, and as CANCELLED once it has ended; a running job reads RUNNING.
+# A template must then neither requeue it (scontrol requeue also takes
+# cancelled jobs, and the job would run again) nor submit the next one.
 hpcdist_job_cancelled() {
-    [[ $(scontrol show job "$SLURM_JOB_ID" 2>/dev/null || true) == *JobState=CANCELLED* ]]
+    local state
+    state=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null || true)
+    [[ $state == *JobState=CANCELLED* || $state == *JobState=COMPLETING* ]]
 }
 
 # Forward a signal the batch shell received to the job step.

@@ -62,9 +62,11 @@ def test_preemptible_template_stops_requeueing_at_the_cap(tmp_path):
     assert _requeues(slurm) == []
 
 
-def test_preemptible_template_does_not_requeue_a_cancelled_job(tmp_path):
-    # scancel sends SIGTERM: the job checkpoints, but must stay cancelled
-    slurm = FakeSlurm(tmp_path, ntasks=2, FAKE_JOB_STATE="CANCELLED")
+@pytest.mark.parametrize("state", ["CANCELLED", "COMPLETING"])
+def test_preemptible_template_does_not_requeue_a_cancelled_job(tmp_path, state):
+    # scancel sends SIGTERM: the job checkpoints, but must stay cancelled (a real
+    # Slurm shows it as COMPLETING until the batch script has ended)
+    slurm = FakeSlurm(tmp_path, ntasks=2, FAKE_JOB_STATE=state)
     completed = slurm.run("preemptible.sbatch", *TRAIN, send=signal.SIGTERM)
     assert completed.returncode == 75, completed
     assert f"job {JOB_ID} was cancelled, so it is not requeued" in completed.output

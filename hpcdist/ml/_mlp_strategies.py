@@ -23,6 +23,7 @@ from ..parallel import (
     FederatedAveraging,
     GossipSGD,
     LocalSGD,
+    ParameterServerTraining,
     TrainingStrategy,
 )
 from ._base import shared_seed
@@ -32,14 +33,16 @@ __all__ = ["checked_strategy", "StrategyTraining", "per_rank_state", "own_rank_s
 _CLASSES = {TrainingStrategy.LOCAL_SGD: LocalSGD,
             TrainingStrategy.ELASTIC_AVERAGING: ElasticAveraging,
             TrainingStrategy.DECENTRALIZED: GossipSGD,
-            TrainingStrategy.FEDERATED: FederatedAveraging}
+            TrainingStrategy.FEDERATED: FederatedAveraging,
+            TrainingStrategy.PARAMETER_SERVER: ParameterServerTraining}
 #: the options each strategy takes through ``strategy_options``
 OPTIONS = {TrainingStrategy.DATA_PARALLEL: (),
            TrainingStrategy.LOCAL_SGD: ("period", "warmup_steps"),
            TrainingStrategy.ELASTIC_AVERAGING: ("alpha", "period", "aggregation"),
            TrainingStrategy.DECENTRALIZED: ("topology",),
            TrainingStrategy.FEDERATED: ("clients_per_round", "local_epochs", "batch_size",
-                                        "proximal_mu", "seed")}
+                                        "proximal_mu", "seed"),
+           TrainingStrategy.PARAMETER_SERVER: ("mode", "staleness")}
 
 
 def checked_strategy(owner, strategy, options, adaptive_batch):

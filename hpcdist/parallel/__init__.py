@@ -8,6 +8,8 @@ variable, :class:`GossipSGD` with graph neighbours only,
 :class:`FederatedAveraging` over sampled clients by data size.
 :class:`AdaptiveBatchSize` grows the global batch by the norm test;
 :func:`balance_workload` spreads tasks of known cost over ranks.
+:class:`ParameterServer` serves parameters sharded over the ranks to workers
+that push gradients synchronously, asynchronously or with bounded staleness.
 :class:`Pipeline` splits a model into stages over ranks (GPipe or 1F1B
 schedules), optionally with data-parallel replicas of the pipeline.
 """
@@ -21,8 +23,11 @@ from .errors import DivergenceError
 from .federated import FederatedAveraging
 from .gossip import GossipSGD
 from .local_sgd import LocalSGD
+from .parameter_server import ParameterServer
 from .pipeline import Pipeline
+from .ps_training import ParameterServerTraining
 
 __all__ = ["DistributedDataParallel", "DDP", "LocalSGD", "ElasticAveraging", "GossipSGD",
            "FederatedAveraging", "AdaptiveBatchSize", "TrainingStrategy", "AggregationMethod",
-           "DivergenceError", "balance_workload", "Pipeline"]
+           "DivergenceError", "balance_workload", "Pipeline", "ParameterServer",
+           "ParameterServerTraining"]

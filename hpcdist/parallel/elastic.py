@@ -1,6 +1,6 @@
 """Elastic averaging SGD: replicas tied to a center variable by an elastic force.
 
-Synchronous EASGD (Zhang, Choromanska and LeCun, 2015). Every rank keeps
+EASGD (Zhang, Choromanska and LeCun, 2015). Synchronous: every rank keeps
 the center ``c`` (the same on every rank). Every ``period`` local steps,
 with ``d_i = x_i - c`` taken after the step, one allreduce gives
 ``sum_i d_i`` and then
@@ -9,6 +9,11 @@ with ``d_i = x_i - c`` taken after the step, one allreduce gives
 
 so each replica is pulled toward the center and the center toward the
 replicas. The paper's ``beta = size * alpha = 0.9`` gives the default alpha.
+
+Asynchronous: the center lives on a :class:`ParameterServer` (mode
+``"async"``); every ``period`` steps a rank pulls ``c``, moves
+``x_i <- x_i - alpha * (x_i - c)`` and pushes ``alpha * (x_i - c)`` to the
+center, without waiting for the other ranks.
 """
 
 from .._arrays import array_module
@@ -16,6 +21,7 @@ from ..comm import allreduce
 from ..exceptions import InvalidArgumentError
 from .averaging import ModelAveraging, checked_fraction, checked_int
 from .enums import AggregationMethod
+from .parameter_server import ParameterServer
 
 __all__ = ["ElasticAveraging"]
 
@@ -34,8 +40,8 @@ class ElasticAveraging(ModelAveraging):
         paper's ``beta = 0.9``).
     period : int, default=4
         Local steps between two elastic updates (the paper's ``tau``).
-    aggregation : {"sync"} or AggregationMethod, default="sync"
-        Only the synchronous form is implemented here.
+    aggregation : {"sync", "async"} or AggregationMethod, default="sync"
+        ``"async"`` keeps the center on a parameter server (see above).
     ctx : Context, optional
 
     Attributes
@@ -48,7 +54,7 @@ class ElasticAveraging(ModelAveraging):
     ------
     InvalidArgumentError
         ``alpha`` outside (0, 1), ``period < 1``, an aggregation other than
-        ``"sync"``.
+        ``"sync"`` or ``"async"``.
     """
 
     def __init__(self, module, optimizer, *, alpha=None, period=4, aggregation="sync",
@@ -59,10 +65,11 @@ class ElasticAveraging(ModelAveraging):
             method = AggregationMethod(aggregation)
         except ValueError:
             method = None
-        if method is not AggregationMethod.SYNCHRONOUS:
+        if method not in (AggregationMethod.SYNCHRONOUS, AggregationMethod.ASYNCHRONOUS):
             raise InvalidArgumentError(
                 f"ElasticAveraging: aggregation={aggregation!r} is not supported; use "
-                "aggregation='sync' (synchronous EASGD)")
+                "aggregation='sync' (synchronous EASGD) or 'async' (the center on a parameter "
+                "server)")
         self.aggregation = method.value
         super().__init__(module, optimizer, ctx, {})
         self.alpha = (_BETA / self.ctx.size if alpha is None else
@@ -70,6 +77,7 @@ class ElasticAveraging(ModelAveraging):
                                        hint=" (the pull toward the center per update)"))
         self._options.update(alpha=self.alpha, period=self.period, aggregation=self.aggregation)
         self.center = None
+        self.server = None
 
     def _on_start(self):
         flats = self._buffers.pack(self.replica.arrays())
@@ -78,6 +86,10 @@ class ElasticAveraging(ModelAveraging):
         else:
             self.center = [array_module(flat).asarray(center, dtype=flat.dtype).copy()
                            for center, flat in zip(self.center, flats)]
+        if self.aggregation == AggregationMethod.ASYNCHRONOUS.value:
+            self.server = ParameterServer(mode="async", ctx=self.ctx)
+            for index, center in enumerate(self.center):
+                self.server.set_parameters(f"center{index}", center)
 
     def step(self):
         """The optimizer's step, and every ``period`` steps the elastic update (collective)."""
@@ -85,7 +97,10 @@ class ElasticAveraging(ModelAveraging):
         self.optimizer.step()
         self.steps += 1
         if self.steps % self.period == 0:
-            self._elastic_update()
+            if self.server is None:
+                self._elastic_update()
+            else:
+                self._elastic_exchange()
 
     def _elastic_update(self):
         flats = self._buffers.pack(self.replica.arrays())
@@ -98,8 +113,28 @@ class ElasticAveraging(ModelAveraging):
         self._check_finite(self.center, f"step {self.steps}")
         self._buffers.unpack(self.replica.arrays())
 
+    def _elastic_exchange(self):
+        """Asynchronous: pull the center, move toward it, push the center's move."""
+        flats = self._buffers.pack(self.replica.arrays())
+        for index, (flat, center) in enumerate(zip(flats, self.center)):
+            name = f"center{index}"
+            center[...] = self.server.get_parameters(name)
+            move = flat - center
+            move *= self.alpha
+            flat -= move
+            self.server.accumulate_gradient(name, -move)
+            self.server.apply_gradients(name, 1.0)
+            center += move
+            self._counted(2 * move.nbytes)
+        self._check_finite(flats, f"step {self.steps}")
+        self._buffers.unpack(self.replica.arrays())
+
     def _on_finalize(self):
         self.center = [flat.copy() for flat in self._buffers.pack(self.replica.arrays())]
+        if self.server is not None:  # the next step serves the new center on a new server
+            self.server.close()
+            self.server = None
+            self._buffers = None
 
     def state_dict(self):
         state = super().state_dict()

@@ -7,9 +7,20 @@ MPI buffers. See README's "Remote procedure calls" for what the service
 trusts.
 """
 
-from .api import init_rpc, register_function, remote, rpc_async, rpc_sync, shutdown
+from .api import (
+    handler_waiting,
+    init_rpc,
+    is_initialized,
+    register_function,
+    remote,
+    rpc_async,
+    rpc_sync,
+    shutdown,
+    wait_all,
+)
 from .errors import RpcError, RpcTimeoutError
 from .rref import RRef
 
 __all__ = ["init_rpc", "shutdown", "rpc_sync", "rpc_async", "remote", "RRef",
-           "register_function", "RpcError", "RpcTimeoutError"]
+           "register_function", "is_initialized", "wait_all", "handler_waiting", "RpcError",
+           "RpcTimeoutError"]

@@ -38,7 +38,7 @@ from .errors import RpcError, RpcTimeoutError
 from .pool import HandlerPool
 
 __all__ = ["Agent", "RpcFuture", "current_agent", "check_not_running", "install", "uninstall",
-           "function_name", "REQUEST", "REPLY"]
+           "function_name", "running", "REQUEST", "REPLY"]
 
 REQUEST, REPLY = 1, 2
 _SPIN_SECONDS = 1e-3       # poll at the shortest sleep this long after the last message
@@ -274,6 +274,11 @@ def _describe(exc, rank):
         f"{kind.__module__}.{kind.__qualname__}"
     text = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
     return name, str(exc), text
+
+
+def running():
+    """Whether an agent runs in this process."""
+    return bool(_AGENT)
 
 
 def check_not_running():

@@ -8,7 +8,8 @@ from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from . import agent as _agent
 from .rref import create_rref
 
-__all__ = ["init_rpc", "shutdown", "rpc_sync", "rpc_async", "remote", "register_function"]
+__all__ = ["init_rpc", "shutdown", "rpc_sync", "rpc_async", "remote", "register_function",
+           "is_initialized", "wait_all", "handler_waiting"]
 
 _REGISTRY = {}
 _REGISTRY_LOCK = threading.Lock()
@@ -52,6 +53,25 @@ def shutdown(graceful=True):
         agent.wait_quiet()
     _agent.uninstall()
     agent.stop(free=graceful)
+
+
+def is_initialized():
+    """Whether :func:`init_rpc` has started this rank's RPC service (and no shutdown since)."""
+    return _agent.running()
+
+
+def wait_all():
+    """Collective: return once every rank has called it and no call is outstanding on any
+    rank (nested calls included). The RPC service keeps running."""
+    _agent.current_agent().wait_quiet()
+
+
+def handler_waiting():
+    """A context manager around a handler's wait on something other than an RPC result (a
+    condition, a lock): the handler pool counts the thread as waiting and starts another
+    one for queued calls, so a call that would end the wait still runs. Elsewhere it does
+    nothing."""
+    return _agent.current_agent().pool.waiting()
 
 
 def register_function(name, func):

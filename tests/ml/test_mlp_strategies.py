@@ -102,7 +102,7 @@ def test_bad_strategy_settings_raise_on_every_rank(ctx):
     error = hpcdist.InvalidArgumentError
     expect_error(error, _mlp("pipeline").fit, X, y,
                  match=r"strategy='pipeline' is not supported; choose one of \['data_parallel', "
-                       r"'local_sgd', 'easgd', 'gossip', 'federated'\]")
+                       r"'local_sgd', 'easgd', 'gossip', 'federated', 'parameter_server'\]")
     expect_error(error, _mlp("local_sgd", {"period": 2, "alpha": 0.5}).fit, X, y,
                  match=r"strategy_options names \['alpha'\], which strategy='local_sgd' does "
                        r"not take; it takes \['period', 'warmup_steps'\]")

@@ -5,7 +5,13 @@ import pytest
 
 import hpcdist
 from hpcdist.data import dirichlet_partition
-from hpcdist.parallel import ElasticAveraging, FederatedAveraging, GossipSGD, LocalSGD
+from hpcdist.parallel import (
+    ElasticAveraging,
+    FederatedAveraging,
+    GossipSGD,
+    LocalSGD,
+    ParameterServerTraining,
+)
 from tests.helpers import all_ranks, mpi_twin
 from tests.parallel._strategies import (
     KINDS,
@@ -22,6 +28,9 @@ EPOCHS = 12
 STRATEGIES = {
     "local_sgd": lambda m, o, ctx: LocalSGD(m, o, period=8, ctx=ctx),
     "easgd": lambda m, o, ctx: ElasticAveraging(m, o, ctx=ctx),
+    "easgd_async": lambda m, o, ctx: ElasticAveraging(m, o, aggregation="async", ctx=ctx),
+    "parameter_server_async": lambda m, o, ctx: ParameterServerTraining(m, o, mode="async",
+                                                                        ctx=ctx),
     "gossip": lambda m, o, ctx: GossipSGD(m, o, topology="ring", ctx=ctx),
 }
 

@@ -42,8 +42,10 @@ def test_bad_options_name_the_value_and_the_fix(ctx):
                      match=rf"ElasticAveraging: alpha={alpha!r} should be in \(0, 1\)")
     expect_error(error, ElasticAveraging, model, optimizer, period=0, ctx=ctx,
                  match=r"period=0 should be >= 1")
-    expect_error(error, ElasticAveraging, model, optimizer, aggregation="async", ctx=ctx,
-                 match=r"aggregation='async' is not supported; use aggregation='sync'")
+    for aggregation in ("elastic", "bogus"):
+        expect_error(error, ElasticAveraging, model, optimizer, aggregation=aggregation,
+                     ctx=ctx, match=rf"aggregation='{aggregation}' is not supported; use "
+                                    r"aggregation='sync' \(synchronous EASGD\) or 'async'")
     for clients in (0, ctx.size + 1):
         expect_error(error, FederatedAveraging, model, optimizer, clients_per_round=clients,
                      ctx=ctx, match=rf"clients_per_round={clients} should be in \[1, {ctx.size}\]")

@@ -30,10 +30,11 @@ BENCHMARKS = {"collectives": "hpcdist.bench.collectives",
               "strategies": "hpcdist.bench.strategies",
               "pipeline": "hpcdist.bench.pipeline",
               "ps": "hpcdist.bench.ps",
+              "ps-modes": "hpcdist.bench.ps_modes",
               "gpu": "hpcdist.bench.gpu"}
 #: benchmarks that start one mpiexec job per rank count themselves: ``-n N``
 #: becomes ``--ranks 1,N`` (measured at 1 rank and at N ranks)
-SELF_LAUNCHING = {"mlp", "kmeans", "forest", "checkpoint", "strategies", "pipeline"}
+SELF_LAUNCHING = {"mlp", "kmeans", "forest", "checkpoint", "strategies", "pipeline", "ps-modes"}
 
 
 def build_parser():

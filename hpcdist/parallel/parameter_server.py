@@ -1,10 +1,12 @@
 """A parameter server whose shards live on the training ranks, served over hpcdist.rpc.
 
-Every rank is a worker and a server. A parameter below
-``SLICE_THRESHOLD`` elements lives on one rank (chosen from its name); a
-larger one is cut into one contiguous slice per rank, as ps-lite shards key
-ranges, so pushes and pulls of a large model spread over every rank's
-memory bandwidth. A worker reaches a slice on another rank with
+Every rank is a worker and a server. A parameter below ``slice_size``
+elements (default ``SLICE_THRESHOLD``, 2**20) lives on one rank (chosen from
+its name); a larger one is cut into one contiguous slice per rank, as ps-lite
+shards key ranges, so pushes and pulls of a large model spread over every
+rank's memory. (Measured with 4 ranks on 2 cores: a 77,000-element model cut
+into 4 slices took 100-300 ms per step, whole on one rank 6-11 ms: every
+slice is a message that a busy rank must answer.) A worker reaches a slice on another rank with
 :func:`~hpcdist.rpc.rpc_async` (arrays travel as raw buffers) and its own
 slices with a plain call; the owner's RPC handler threads update the slice
 (:mod:`.ps_shard`), so no rank waits for another unless the mode says so.
@@ -39,7 +41,7 @@ from .ps_shard import Shard
 __all__ = ["ParameterServer", "MODES", "SLICE_THRESHOLD"]
 
 MODES = ("sync", "async", "bounded")
-SLICE_THRESHOLD = 1 << 16     # elements: larger parameters are sliced over every rank
+SLICE_THRESHOLD = 1 << 20     # elements: parameters this large are sliced over every rank
 _SERVERS = {}                 # instance id -> this process's ParameterServer
 _INSTANCES = itertools.count()
 _RPC_USE = {"servers": 0, "started_here": False}  # servers using the RPC service; who started it
@@ -65,6 +67,9 @@ class ParameterServer:
         slowest worker (stale synchronous parallel).
     staleness : int, default=4
         The bound of ``"bounded"``, in updates.
+    slice_size : int, default=SLICE_THRESHOLD
+        Parameters with at least this many elements are cut into one slice
+        per rank; smaller ones live whole on one rank.
     trace : str or path, optional
         Record the order in which each slice's pulls and updates happened;
         written by :meth:`close` (rank 0 writes one ``.npz`` file).
@@ -80,7 +85,8 @@ class ParameterServer:
     naming what it waited for, instead of hanging.
     """
 
-    def __init__(self, *, mode="sync", staleness=4, trace=None, replay=None, ctx=None):
+    def __init__(self, *, mode="sync", staleness=4, slice_size=SLICE_THRESHOLD, trace=None,
+                 replay=None, ctx=None):
         if mode not in MODES:
             raise InvalidArgumentError(f"ParameterServer: mode={mode!r} is not one of {MODES}")
         if isinstance(staleness, bool) or not isinstance(staleness, numbers.Integral):
@@ -88,9 +94,13 @@ class ParameterServer:
                                            "be an int (updates a worker may run ahead)")
         if staleness < 0:
             raise InvalidArgumentError(f"ParameterServer: staleness={staleness} should be >= 0")
+        if isinstance(slice_size, bool) or not isinstance(slice_size, numbers.Integral) or \
+                slice_size < 1:
+            raise InvalidArgumentError(f"ParameterServer: slice_size={slice_size!r} should be "
+                                       "an int >= 1 (elements from which a parameter is sliced)")
         if trace is not None and replay is not None:
             raise InvalidArgumentError("ParameterServer: give trace= or replay=, not both")
-        self.mode, self.staleness = mode, int(staleness)
+        self.mode, self.staleness, self.slice_size = mode, int(staleness), int(slice_size)
         self.ctx = resolve_context(ctx)
         self.trace = None if trace is None else os.fspath(trace)
         self._replay = None if replay is None else _load_trace(os.fspath(replay), self)
@@ -142,6 +152,7 @@ class ParameterServer:
         agree_config(
             self.ctx, f"ParameterServer.set_parameters({name!r})",
             {"instance": self._id, "mode": self.mode, "staleness": self.staleness,
+             "slice_size": self.slice_size,
              "trace": self.trace is not None, "replay": self._replay is not None,
              "name": name, "shape": array.shape, "dtype": array.dtype, "values": array},
             fix="every rank must create its ParameterServers in the same order with the same "
@@ -151,32 +162,51 @@ class ParameterServer:
 
     def get_parameters(self, name):
         """The current parameters of ``name`` (a new array), after any wait the mode sets."""
-        replies = self._each_slice(name, "get_parameters", "pull")
-        shape, dtype, _ = self._layouts[name]
-        values = np.concatenate([reply[0] for reply in replies]).reshape(shape)
+        return self._assembled(name, self._each_slice(name, "get_parameters", "pull"))
+
+    def _assembled(self, name, replies):
+        """The slices' ``(values, version, seconds waited)`` as one array; counts the pull."""
+        shape, _, _ = self._layouts[name]
         self._stats["pulls"] += 1
         self._stats["seconds_waited"] += max(reply[2] for reply in replies)
-        return values
+        return np.concatenate([reply[0] for reply in replies]).reshape(shape)
 
     def accumulate_gradient(self, name, grad, worker_rank=None):
         """Add ``grad`` to this worker's pending gradient of ``name`` (on its owners).
 
         ``worker_rank`` pushes for another worker (default: this rank).
         """
-        shape, dtype, slices = self._layout(name, "accumulate_gradient")
-        grad = np.asarray(grad)
-        if grad.shape != shape:
-            raise InvalidArgumentError(
-                f"ParameterServer.accumulate_gradient({name!r}): grad has shape {grad.shape}, "
-                f"the parameters {shape}")
-        flat = np.ascontiguousarray(grad, dtype=dtype).reshape(-1)
+        slices = self._gradient_slices(name, grad, "accumulate_gradient")
         replies = self._each_slice(name, "accumulate_gradient", "push",
-                                   [(flat[start:stop],) for _, start, stop in slices],
-                                   worker=worker_rank)
+                                   [(part,) for part in slices], worker=worker_rank)
         # the last worker to push completes a round, slice by slice: with several slices,
         # another worker may complete some of them, and each applies what it completed
         self._state[name].update(pending=True, complete=any(replies))
         self._stats["pushes"] += 1
+
+    def push_pull(self, name, grad, learning_rate):
+        """One step of the loop in one message per slice: :meth:`accumulate_gradient`,
+        :meth:`apply_gradients` (as the mode allows) and :meth:`get_parameters`, whose
+        result it returns (ps-lite's and BytePS's push-pull)."""
+        slices = self._gradient_slices(name, grad, "push_pull")
+        rate = self._learning_rate(name, learning_rate, "push_pull")
+        replies = self._each_slice(name, "push_pull", "push_pull",
+                                   [(part, rate) for part in slices])
+        self._stats["pushes"] += 1
+        self._state[name].update(pending=False, complete=False)
+        self._count_applied([reply[3:] for reply in replies])
+        return self._assembled(name, [reply[:3] for reply in replies])
+
+    def _gradient_slices(self, name, grad, where):
+        """``grad`` checked against ``name``'s shape, cut into its slices (views)."""
+        shape, dtype, slices = self._layout(name, where)
+        grad = np.asarray(grad)
+        if grad.shape != shape:
+            raise InvalidArgumentError(
+                f"ParameterServer.{where}({name!r}): grad has shape {grad.shape}, "
+                f"the parameters {shape}")
+        flat = np.ascontiguousarray(grad, dtype=dtype).reshape(-1)
+        return [flat[start:stop] for _, start, stop in slices]
 
     def ready(self, name):
         """Whether an update of ``name`` may be applied now: in ``"sync"`` mode, when this
@@ -194,14 +224,22 @@ class ParameterServer:
         worker's call for the same round does nothing). Otherwise this worker's
         pending gradient. Returns whether this call applied an update.
         """
-        _, _, slices = self._layout(name, "apply_gradients")
+        rate = self._learning_rate(name, learning_rate, "apply_gradients")
+        replies = self._each_slice(name, "apply_gradients", "apply",
+                                   [(rate,)] * len(self._layouts[name][2]))
+        self._state[name].update(pending=False, complete=False)
+        return self._count_applied(replies)
+
+    def _learning_rate(self, name, learning_rate, where):
+        self._layout(name, where)
         if isinstance(learning_rate, bool) or not isinstance(learning_rate, numbers.Real) \
                 or not learning_rate >= 0:
-            raise InvalidArgumentError(f"ParameterServer.apply_gradients({name!r}): "
+            raise InvalidArgumentError(f"ParameterServer.{where}({name!r}): "
                                        f"learning_rate={learning_rate!r} should be a number >= 0")
-        replies = self._each_slice(name, "apply_gradients", "apply",
-                                   [(float(learning_rate),)] * len(slices))
-        self._state[name].update(pending=False, complete=False)
+        return float(learning_rate)
+
+    def _count_applied(self, replies):
+        """Count an update from the slices' ``(applied, staleness)``; whether one was."""
         applied = any(reply[0] for reply in replies)
         if applied:
             self._stats["applies"] += 1
@@ -272,7 +310,7 @@ class ParameterServer:
     def _slices(self, name, size):
         """``[(owner, start, stop)]`` of a parameter of ``size`` elements."""
         ranks = self.ctx.size
-        if size >= SLICE_THRESHOLD and ranks > 1:
+        if size >= self.slice_size and ranks > 1:
             counts = balanced_counts(size, ranks)
             return [(rank, int(start), int(start + count))
                     for rank, (start, count) in enumerate(zip(offsets_of(counts), counts))]

@@ -118,6 +118,13 @@ class Shard:
             self._condition.notify_all()
             return True, staleness
 
+    def push_pull(self, worker, gradient, learning_rate):
+        """:meth:`push`, :meth:`apply` and :meth:`pull` in one request; returns
+        ``(values, version, seconds waited, applied, staleness)``."""
+        self.push(worker, gradient)
+        applied, staleness = self.apply(worker, learning_rate)
+        return (*self.pull(worker), applied, staleness)
+
     def clear(self, worker):
         """Drop the worker's pending gradient (and its place in a sync round)."""
         with self._condition:

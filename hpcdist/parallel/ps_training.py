@@ -52,8 +52,8 @@ class ParameterServerTraining(ModelAveraging):
         self._before = [flat.copy() for flat in flats]
 
     def step(self):
-        """The optimizer's step, pushed to the server as a change; then the server's
-        parameters, pulled (waiting as the mode says)."""
+        """The optimizer's step, pushed to the server as a change, and the server's
+        parameters pulled (waiting as the mode says): one message per slice."""
         self._start("step")
         self.optimizer.step()
         self.steps += 1
@@ -61,10 +61,7 @@ class ParameterServerTraining(ModelAveraging):
         flats = self._buffers.pack(self.replica.arrays())
         for name, flat, before in zip(self._names, flats, self._before):
             before -= flat
-            server.accumulate_gradient(name, before)
-            if server.ready(name):
-                server.apply_gradients(name, 1.0)
-            flat[...] = before[...] = server.get_parameters(name)
+            flat[...] = before[...] = server.push_pull(name, before, 1.0)
             self._counted(2 * flat.nbytes)
         self._buffers.unpack(self.replica.arrays())
 

@@ -15,18 +15,18 @@ from sklearn.model_selection import train_test_split
 import hpcdist
 from hpcdist.ml import MLPClassifier
 from hpcdist.parallel import ParameterServer, ParameterServerTraining
-from hpcdist.parallel.parameter_server import SLICE_THRESHOLD
 from tests.helpers import all_ranks, check_array, expect_error, mpi_twin
 from tests.parallel import _strategies as shared
 
 N_FEATURES = 20
+SLICE = 1000  # slice_size of the servers here: "big" (1005 elements) is sliced
 LEARNING_RATE = 0.1
 
 
 @contextmanager
 def serving(**options):
     """A ParameterServer, closed (collectively) however the block ends."""
-    ps = ParameterServer(**options)
+    ps = ParameterServer(slice_size=SLICE, **options)
     try:
         yield ps
     finally:
@@ -47,7 +47,7 @@ def worker_loop(ps, ctx, steps, *, delay=None, big=False):
     A, truth, b = least_squares()
     ps.set_parameters("w", np.zeros(N_FEATURES))
     if big:
-        ps.set_parameters("big", np.zeros(SLICE_THRESHOLD + 5))
+        ps.set_parameters("big", np.zeros(SLICE + 5))
     names = ("w", "big") if big else ("w",)
     rng = np.random.default_rng(ctx.rank)
     for step in range(steps):
@@ -58,7 +58,7 @@ def worker_loop(ps, ctx, steps, *, delay=None, big=False):
         gradient = A[rows].T @ (A[rows] @ w - b[rows]) / len(rows)
         ps.accumulate_gradient("w", gradient)
         if big:
-            ps.accumulate_gradient("big", np.resize(gradient, SLICE_THRESHOLD + 5))
+            ps.accumulate_gradient("big", np.resize(gradient, SLICE + 5))
         if delay is not None:
             time.sleep(delay(step))
         for name in names:
@@ -143,7 +143,7 @@ test_every_mode_converges_on_least_squares_mpi = mpi_twin(
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_large_parameter_is_sliced_over_the_ranks(ctx, mode):
     """One slice per rank; one round of pushes of ``rank + 1`` gives the exact update."""
-    shape = (SLICE_THRESHOLD + 5,)
+    shape = (SLICE + 5,)
     with serving(mode=mode, ctx=ctx) as ps:
         ps.set_parameters("big", np.ones(shape, dtype=np.float32))
         ps.accumulate_gradient("big", np.full(shape, ctx.rank + 1.0))
@@ -248,6 +248,8 @@ def test_bad_input_names_the_value_and_the_fix(ctx, tmp_path):
                  match=r"staleness=1.5 should be an int")
     expect_error(error, ParameterServer, staleness=-1, ctx=ctx,
                  match=r"staleness=-1 should be >= 0")
+    expect_error(error, ParameterServer, slice_size=0, ctx=ctx,
+                 match=r"slice_size=0 should be an int >= 1")
     expect_error(error, ParameterServer, trace="a", replay="b", ctx=ctx,
                  match=r"give trace= or replay=, not both")
     expect_error(error, ParameterServer, replay=str(tmp_path / "missing.npz"), ctx=ctx,

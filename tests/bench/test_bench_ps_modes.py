@@ -1,0 +1,52 @@
+"""Smoke test of the parameter-server modes benchmark (not a speed test): ``hpcdist bench
+ps-modes -n 2 --quick``, one job at 1 rank and one at 2 ranks merged into one report, and
+how the targets are judged."""
+import json
+import os
+import sys
+
+import pytest
+
+from hpcdist.bench.ps_modes import MODES, SCENARIOS, judge_targets
+from tests.helpers import run_ok
+
+pytestmark = pytest.mark.slow
+
+HPCDIST = os.path.join(os.path.dirname(sys.executable), "hpcdist")
+
+
+def test_quick_run_reports_every_scenario_and_mode(tmp_path):
+    run_ok([HPCDIST, "bench", "ps-modes", "-n", "2", "--quick", "--seconds", "0.5",
+            "--output-dir", str(tmp_path)], tmp_path)
+    report = json.loads((tmp_path / "ps_modes.json").read_text())
+    assert report["benchmark"] == "ps_modes" and list(report["runs"]) == ["1", "2"]
+    for ranks, run in report["runs"].items():
+        rows = run["rows"]
+        assert [(r["scenario"], r["mode"]) for r in rows] == [
+            (s, m) for s in SCENARIOS for m in MODES]
+        for row in rows:
+            assert row["steps_per_second"] > 0 and 0 <= row["accuracy"] <= 1
+            assert len(row["steps_per_rank"]) == int(ranks) and min(row["steps_per_rank"]) > 0
+            if row["mode"] == "sync":  # every round waits for every worker
+                assert row["max_staleness"] == 0
+                assert len(set(row["steps_per_rank"])) == 1
+    assert set(report["summary"]) == {"1 ranks, constant", "1 ranks, intermittent",
+                                      "2 ranks, constant", "2 ranks, intermittent"}
+    assert not any(s["judged"] for s in report["summary"].values())  # judged at 4 ranks
+
+
+def _rows(sync, fast, mode, scenario, accuracy_gap=0.0):
+    return [{"scenario": scenario, "mode": "sync", "steps_per_second": sync, "accuracy": 0.9},
+            {"scenario": scenario, "mode": mode, "steps_per_second": fast,
+             "accuracy": 0.9 - accuracy_gap}]
+
+
+@pytest.mark.parametrize("fast, gap, met", [(151, 0.0, True), (149, 0.0, False),
+                                            (200, 0.02, False), (200, -0.05, True)])
+def test_targets_are_judged_at_4_ranks(fast, gap, met):
+    rows = _rows(100, fast, "async", "constant", gap) + _rows(100, 131, "bounded",
+                                                              "intermittent")
+    summary = judge_targets({4: {"rows": rows}, 2: {"rows": rows}})
+    assert summary["4 ranks, constant"]["met"] is met and summary["4 ranks, constant"]["judged"]
+    assert summary["4 ranks, intermittent"]["met"] and not summary["2 ranks, constant"]["judged"]
+    assert summary["4 ranks, constant"]["ratio_to_sync"] == pytest.approx(fast / 100)

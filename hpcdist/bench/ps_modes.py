@@ -185,6 +185,13 @@ def judge_targets(runs):
     return summary
 
 
+def _write(runs, args):
+    summary = judge_targets(runs)
+    settings = {key: getattr(args, key) for key in (*DEFAULTS, *FLOATS)}
+    common.finish_report("ps_modes", runs, args, settings=settings, summary=summary,
+                         text=_summary_text(summary))
+
+
 def _summary_text(summary):
     lines = []
     for key, s in summary.items():
@@ -193,13 +200,6 @@ def _summary_text(summary):
                      f"(target {s['target_ratio']}x), {s['accuracy_points_below_sync']:+.2f} "
                      f"points below sync's accuracy: {verdict}")
     return "\n".join(lines)
-
-
-def _write(runs, args):
-    summary = judge_targets(runs)
-    settings = {key: getattr(args, key) for key in (*DEFAULTS, *FLOATS)}
-    common.finish_report("ps_modes", runs, args, settings=settings, summary=summary,
-                         text=_summary_text(summary))
 
 
 def main(argv=None):

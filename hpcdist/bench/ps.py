@@ -39,7 +39,8 @@ Target (issue #17, as ``/work/shared/ISSUE-NOTES.md`` sets it for a 2-core
 machine): the RPC round trip within 3x of the mpi4py ping-pong from 1 MiB
 up; smaller sizes are reported as measured. The parameter server's part of
 the issue's benchmark (steps per second of sync, async and bounded
-staleness) is not here yet.
+staleness, with stragglers) is ``hpcdist bench ps-modes``
+(:mod:`hpcdist.bench.ps_modes`).
 """
 
 import statistics

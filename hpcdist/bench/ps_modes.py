@@ -54,7 +54,7 @@ CHECK_EVERY = 10
 
 def _parse_args(argv):
     parser = common.benchmark_parser(
-        "ps_modes", "The parameter server's sync, async and bounded modes with and without "
+        "ps-modes", "The parameter server's sync, async and bounded modes with and without "
         "a straggler: steps per second, accuracy, time to accuracy.",
         quick="a small model, 1.5 s per run", plot=False)
     common.add_job_options(parser, default_ranks=(2, 4))
@@ -188,7 +188,7 @@ def judge_targets(runs):
 def _write(runs, args):
     summary = judge_targets(runs)
     settings = {key: getattr(args, key) for key in (*DEFAULTS, *FLOATS)}
-    common.finish_report("ps_modes", runs, args, settings=settings, summary=summary,
+    common.finish_report("ps-modes", runs, args, settings=settings, summary=summary,
                          text=_summary_text(summary))
 
 

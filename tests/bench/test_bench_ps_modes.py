@@ -18,8 +18,8 @@ HPCDIST = os.path.join(os.path.dirname(sys.executable), "hpcdist")
 def test_quick_run_reports_every_scenario_and_mode(tmp_path):
     run_ok([HPCDIST, "bench", "ps-modes", "-n", "2", "--quick", "--seconds", "0.5",
             "--output-dir", str(tmp_path)], tmp_path)
-    report = json.loads((tmp_path / "ps_modes.json").read_text())
-    assert report["benchmark"] == "ps_modes" and list(report["runs"]) == ["1", "2"]
+    report = json.loads((tmp_path / "ps-modes.json").read_text())
+    assert report["benchmark"] == "ps-modes" and list(report["runs"]) == ["1", "2"]
     for ranks, run in report["runs"].items():
         rows = run["rows"]
         assert [(r["scenario"], r["mode"]) for r in rows] == [

@@ -20,6 +20,7 @@ same updates meet the same versions again. Requests run in RPC handler
 threads (or the owner's own thread); the shard's condition serialises them.
 """
 
+import collections
 import threading
 import time
 
@@ -68,6 +69,7 @@ class Shard:
         self.round = set()       # sync: workers that pushed to the current round
         self.events = []
         self.replay = None if replay is None else [int(event) for event in replay]
+        self._unplayed = None if replay is None else collections.Counter(self.replay)
         self.max_staleness = 0
         self.learning_rate = None  # sync: the last one given, for a round a finish completes
         self._condition = threading.Condition()
@@ -206,7 +208,7 @@ class Shard:
 
     def _check_in_replay(self, worker, kind):
         wanted = worker * 2 + kind
-        if wanted not in self.replay[len(self.events):]:
+        if not self._unplayed[wanted]:
             raise InvalidStateError(
                 f"ParameterServer replay: worker {worker} asks for a {_KIND_NAMES[kind]} of "
                 f"{self.key!r} that the trace does not hold (it recorded "
@@ -232,4 +234,5 @@ class Shard:
     def _record(self, worker, kind):
         self.events.append(worker * 2 + kind)
         if self.replay is not None:  # the next recorded request may go on now
+            self._unplayed[worker * 2 + kind] -= 1
             self._condition.notify_all()

@@ -283,7 +283,7 @@ def running():
 
 def check_not_running():
     """InvalidStateError when an agent runs already."""
-    if _AGENT:
+    if running():
         raise InvalidStateError("hpcdist.rpc is already initialised on this rank; call "
                                 "hpcdist.rpc.shutdown() before init_rpc() again")
 

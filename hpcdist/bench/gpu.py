@@ -4,11 +4,13 @@ Needs CuPy and a CUDA GPU. Three parts (``--parts``, default all), each
 written to ``<output-dir>/<name>_<part>.json`` (``gpu_allreduce.json`` ...):
 
 ``allreduce``
-    ``ctx.allreduce(x, "sum")`` of float32 CuPy arrays from 8 B to 256 MiB
-    (CUDA-aware when the MPI library is, else staged through pinned host
-    memory), against the same call on NumPy arrays, and against what a user
-    would write by hand with mpi4py: ``Allreduce`` on the host array, and
-    for the device array a copy to pinned memory, ``Allreduce``, a copy back.
+    ``ctx.allreduce(x, "sum", out=x)`` of float32 CuPy arrays from 8 B to
+    256 MiB (CUDA-aware when the MPI library is, else staged through pinned
+    host memory), against the same call on NumPy arrays, and against what a
+    user would write by hand with mpi4py, also in place: ``Allreduce`` with
+    ``IN_PLACE`` on the host array, and for the device array a copy to pinned
+    memory, ``Allreduce``, a copy back. One more column times
+    ``ctx.allreduce(x, "sum")`` on the device array, which returns a new one.
     Run it with two or more ranks (``hpcdist bench gpu -n 2``); ranks share
     the node's GPUs round robin.
 ``compression``
@@ -71,7 +73,8 @@ QUICK = {"max_bytes": 1 * common.MIB, "elements": 1 << 16, "samples": 20_000,
          "features": 8, "clusters": 8, "iterations": 3, "repetitions": 2}
 MIN_BYTES = 8
 #: the allreduce part's cases, in table order
-ALLREDUCE_CASES = ("hpcdist_device", "hpcdist_host", "mpi4py_device_staged", "mpi4py_host")
+ALLREDUCE_CASES = ("hpcdist_device", "hpcdist_host", "mpi4py_device_staged", "mpi4py_host",
+                   "hpcdist_device_new")
 SIZE_STEP = 8            # allreduce sizes 8 B, 64 B, ... (and max_bytes itself)
 BLOCK_BYTES = 256 * common.MIB  # bytes reduced per timed allreduce block (at least 2 calls)
 CHUNK = 1024             # chunk size of the int8 and sign kernels
@@ -153,8 +156,10 @@ def _allreduce_cases(ctx, ctrl, n):
         ctrl.Allreduce(MPI.IN_PLACE, pinned, op=MPI.SUM)
         device.set(pinned)
 
-    calls = (lambda: ctx.allreduce(device, "sum"), lambda: ctx.allreduce(host, "sum"),
-             by_hand_device, lambda: ctrl.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM))
+    calls = (lambda: ctx.allreduce(device, "sum", out=device),
+             lambda: ctx.allreduce(host, "sum", out=host),
+             by_hand_device, lambda: ctrl.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM),
+             lambda: ctx.allreduce(device, "sum"))
     return dict(zip(ALLREDUCE_CASES, calls))
 
 

@@ -26,7 +26,9 @@ into one report; under ``mpiexec`` it measures that job's rank count only.
 
 Threads: every rank runs ``hpcdist.init()``, which caps BLAS threads at
 ``cores // ranks`` per node (1 per rank at 2 ranks on 2 cores; unlimited
-when ``OMP_NUM_THREADS`` or a BLAS variable is set, which it honours);
+when ``OMP_NUM_THREADS`` or a BLAS variable is set, which it honours); at
+more than one rank, DDP's communication thread then takes one of them where
+a rank has at least 4 (``hpcdist.comm.threads.reserve_core_for_communication``).
 torch gets the same count with ``torch.set_num_threads``. The counts are in
 the JSON.
 
@@ -78,6 +80,7 @@ import numpy as np
 
 from .. import nn
 from ..comm import init
+from ..comm.background import CommunicationThread
 from ..nn.optim import SGD
 from ..parallel import DDP
 from . import common
@@ -373,6 +376,10 @@ def _measure_job(args):
     if args.batch % ctx.size:
         raise SystemExit(f"hpcdist bench mlp: --batch={args.batch} should be a multiple of "
                          f"the {ctx.size} ranks")
+    if ctx.size > 1 and CommunicationThread.available():
+        # DDP's communication thread, started before any case so that all of them (torch
+        # too) compute with the threads it leaves (see hpcdist.comm.threads)
+        ctx.communication_thread()
     threads = common.blas_threads()  # before torch loads its own thread pools
     torch, dist = common.init_gloo(ctrl, enabled=not args.no_torch)
     if torch is not None:

@@ -111,10 +111,13 @@ class Call:
         (array, bool)
         """
         data = self.data
-        plain = self.kind == HOST
+        kind = self.kind
+        plain = kind == HOST
         if out is None:
-            return (np.empty(data.shape, data.dtype) if plain else self.new_output(data.shape),
-                    False)
+            if plain:
+                return np.empty(data.shape, data.dtype), False
+            # a staged device array: MPI reduces in place in hpcdist's own host copy
+            return (data, True) if kind == DEVICE_STAGED else (self.new_output(data.shape), False)
         if plain and out is x and x.flags.writeable:
             return x, True
         if plain and type(out) is np.ndarray and out.dtype is data.dtype \
@@ -141,7 +144,9 @@ class Call:
             if not out.flags.c_contiguous:
                 return np.empty_like(data), False  # deliver copies the result into out
             return out, out is x
-        if self.kind == DEVICE_DIRECT and self.backend.ascontiguous(out) is out:
+        if kind == DEVICE_STAGED:
+            return data, True
+        if kind == DEVICE_DIRECT and self.backend.ascontiguous(out) is out:
             return out, out is x
         return self.new_output(data.shape), False
 
@@ -298,6 +303,8 @@ def _device_call(x, backend, ctx, name, slot, incoming):
         host = ctx.staging.view(slot, data.shape, dtype, backend)
         backend.to_host(data, host)
         call = _host_call(host, DEVICE_STAGED, ctx)
+        if slot is None:  # nonblocking: the result needs a buffer of its own too
+            call.output_slot = None
     call.backend = backend
     return call
 

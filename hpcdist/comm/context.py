@@ -11,11 +11,13 @@ import time
 
 from ..exceptions import InvalidArgumentError
 from . import messages, movement, neighbors, objects, p2p, reductions, requests
+from .background import CommunicationThread
 from .calls import Call, describe
 from .devices import detect_cuda_aware, select_device
 from .dtypes import load_datatypes
 from .mpi import MPI
 from .staging import StagingPool
+from .threads import reserve_core_for_communication
 from .topology import detect_topology
 from .trace import RECORDING
 from .watchdog import running_watchdog
@@ -35,10 +37,13 @@ def documented_by(implementation):
     return decorate
 
 
+_STAT_FIELDS = ("calls", "bytes_sent", "bytes_received", "seconds")
+
+
 class _OperationStats:
     """The counters of one operation (a record, cheap to update on every call)."""
 
-    __slots__ = ("calls", "bytes_sent", "bytes_received", "seconds")
+    __slots__ = _STAT_FIELDS
 
     def __init__(self):
         self.calls = self.bytes_sent = self.bytes_received = 0
@@ -108,6 +113,7 @@ class Context:
         # the watchdog's thread reads it whole
         self._inflight = None
         self._children = []
+        self._communication_thread = None
         watchdog = running_watchdog()
         if watchdog is not None:
             watchdog.watch(self)
@@ -171,7 +177,7 @@ class Context:
             RECORDING[0][0].append((name, start, seconds, sent, received))
 
     def stats(self):
-        """Counters of every operation this context ran.
+        """Counters of every operation this context ran (its communication thread's too).
 
         Returns
         -------
@@ -180,13 +186,22 @@ class Context:
             Bytes are this rank's payload as the operation sees it (for
             ``allreduce``, the array's size in and out).
         """
-        return {name: {"calls": record.calls, "bytes_sent": record.bytes_sent,
-                       "bytes_received": record.bytes_received, "seconds": record.seconds}
-                for name, record in self._stats.items()}
+        merged = {}
+        for records in self._stats_records():
+            for name, record in records.items():
+                total = merged.setdefault(name, dict.fromkeys(_STAT_FIELDS, 0))
+                for field in _STAT_FIELDS:
+                    total[field] += getattr(record, field)
+        return merged
 
     def reset_stats(self):
         """Set every counter back to zero."""
-        self._stats.clear()
+        for records in self._stats_records():
+            records.clear()
+
+    def _stats_records(self):
+        thread = self._communication_thread
+        return (self._stats,) if thread is None else (self._stats, thread.ctx._stats)
 
     # -- derived contexts ------------------------------------------------------------------
     def _child(self, comm):
@@ -249,8 +264,24 @@ class Context:
             self.comm.Barrier()
             self._end("barrier", start, 0, 0)
 
+    def communication_thread(self):
+        """This context's :class:`~hpcdist.comm.background.CommunicationThread`, started on
+        the first call (collective then: it communicates on a duplicate of the context).
+
+        Starting it gives it one of the rank's cores where hpcdist chose the
+        thread counts (:func:`~hpcdist.comm.threads.reserve_core_for_communication`).
+        """
+        if self._communication_thread is None:
+            self._communication_thread = CommunicationThread(self.split(0))
+            if self.size > 1:
+                reserve_core_for_communication()
+        return self._communication_thread
+
     def free(self):
         """Release the context's communicators and those of its children."""
+        if self._communication_thread is not None:
+            self._communication_thread.close()
+            self._communication_thread = None
         for child in self._children:
             child.free()
         self._children.clear()

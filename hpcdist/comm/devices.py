@@ -38,8 +38,15 @@ class DeviceBackend:
         raise NotImplementedError
 
     def from_host(self, host, out=None):
-        """Copy NumPy array ``host`` to a new device array, or into ``out``."""
+        """Copy NumPy array ``host`` to a new device array, or into ``out``.
+
+        The copy may still be running when this returns (from page-locked
+        memory); :meth:`wait_for_uploads` waits for it.
+        """
         raise NotImplementedError
+
+    def wait_for_uploads(self):
+        """Wait until the host memory given to :meth:`from_host` may be overwritten."""
 
     def empty(self, shape, dtype):
         """A new uninitialised device array."""
@@ -82,6 +89,7 @@ class CupyBackend(DeviceBackend):
         import cupyx
         self._cupy = cupy
         self._cupyx = cupyx
+        self._upload = None  # event after the last host-to-device copy
 
     def is_array(self, x):
         return isinstance(x, self._cupy.ndarray)
@@ -90,10 +98,18 @@ class CupyBackend(DeviceBackend):
         x.get(out=out)
 
     def from_host(self, host, out=None):
+        # one copy, asynchronous from page-locked memory (cupy.asarray would first copy
+        # the host array into a page-locked buffer of its own)
         if out is None:
-            return self._cupy.asarray(host)
+            out = self._cupy.empty(host.shape, dtype=host.dtype)
         out.set(host)
+        self._upload = self._cupy.cuda.get_current_stream().record()
         return out
+
+    def wait_for_uploads(self):
+        if self._upload is not None:
+            self._upload.synchronize()
+            self._upload = None
 
     def empty(self, shape, dtype):
         return self._cupy.empty(shape, dtype=dtype)

@@ -1,8 +1,6 @@
 """Nonblocking operations: the :class:`Request` handle and the nonblocking collectives."""
 
 import math
-import threading
-import time
 
 import numpy as np
 
@@ -21,7 +19,7 @@ from .mpi import MPI
 from .ops import reduction_of
 from .reductions import _divide_for_mean, check_root
 
-__all__ = ["Request", "ProgressPoller", "iallreduce", "ibroadcast", "iallgather"]
+__all__ = ["Request", "iallreduce", "ibroadcast", "iallgather"]
 
 
 class Request:
@@ -78,64 +76,6 @@ class Request:
     def done(self):
         """Whether :meth:`wait` or :meth:`test` has seen the operation complete."""
         return self._done
-
-
-class ProgressPoller:
-    """A background thread that keeps nonblocking operations moving.
-
-    Many MPI libraries (MPICH, Open MPI without a progress thread) advance a
-    nonblocking collective only while some MPI call runs on the process. To
-    overlap communication with computation, the poller tests the pending
-    requests every ``interval`` seconds while the caller computes (NumPy
-    releases the GIL in BLAS). Call :meth:`stop` before waiting on the
-    requests from the caller's thread: MPI forbids testing one request from
-    two threads at once.
-
-    Parameters
-    ----------
-    interval : float
-        Seconds between polls.
-    """
-
-    def __init__(self, interval=2e-5):
-        self.interval = interval
-        self._pending = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = None
-
-    @staticmethod
-    def available(ctx):
-        """Whether polling from a second thread is allowed (MPI_THREAD_MULTIPLE)."""
-        return ctx.size > 1 and MPI.Query_thread() == MPI.THREAD_MULTIPLE
-
-    def add(self, request):
-        """Start driving ``request`` (a :class:`Request`) forward in the background."""
-        if request.done:
-            return
-        with self._lock:
-            self._pending.append(request._requests)
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="hpcdist-progress",
-                                            daemon=True)
-            self._thread.start()
-
-    def _run(self):
-        while not self._stop.is_set():
-            with self._lock:
-                self._pending = [mpi_requests for mpi_requests in self._pending
-                                 if not MPI.Request.Testall(mpi_requests)]
-            time.sleep(self.interval)
-
-    def stop(self):
-        """Stop polling and join the thread; the requests can then be waited on."""
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            self._thread = None
-        with self._lock:
-            self._pending = []
 
 
 class CompletedRequest(Request):

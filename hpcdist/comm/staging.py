@@ -43,6 +43,7 @@ class StagingPool:
         nbytes = math.prod(shape) * dtype.itemsize
         if slot is None:
             return backend.pinned_empty(nbytes).view(dtype).reshape(shape)
+        backend.wait_for_uploads()  # the buffer may still be the source of a device copy
         buffer = self._buffers.get(slot)
         if buffer is None or buffer.nbytes < nbytes:
             # grow geometrically so a slowly growing message does not reallocate every call

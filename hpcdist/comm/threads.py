@@ -5,12 +5,16 @@ import os
 import numba
 from threadpoolctl import threadpool_limits
 
-__all__ = ["limit_threads_per_rank", "THREAD_VARIABLES"]
+__all__ = ["limit_threads_per_rank", "reserve_core_for_communication", "THREAD_VARIABLES",
+           "MIN_THREADS_TO_SHARE"]
 
 #: environment variables through which users choose thread counts themselves
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "NUMBA_NUM_THREADS", "BLIS_NUM_THREADS")
+#: a rank keeps at least this many compute threads after giving one to communication
+MIN_THREADS_TO_SHARE = 4
 _LIMITER = []
+_CHOSEN = []  # the thread count hpcdist wrote into OMP_NUM_THREADS
 
 
 def available_cores():
@@ -48,6 +52,7 @@ def limit_threads_per_rank(local_size, cores=None):
     int or None
         The thread count applied, or None when nothing was changed.
     """
+    _CHOSEN.clear()
     cores = (os.cpu_count() or 1) if cores is None else cores
     threads = _user_threads() or max(1, min(cores // max(local_size, 1), available_cores()))
     if threads >= cores:
@@ -58,7 +63,36 @@ def limit_threads_per_rank(local_size, cores=None):
         changed = True
     if not any(name in os.environ for name in THREAD_VARIABLES if name != "NUMBA_NUM_THREADS"):
         # after Numba, whose OpenMP pool may have just started with a thread per core
-        _LIMITER.append(threadpool_limits(limits=threads))
-        os.environ["OMP_NUM_THREADS"] = str(threads)
+        _limit_blas(threads)
         changed = True
     return threads if changed else None
+
+
+def reserve_core_for_communication():
+    """Give one of this rank's cores to a communication thread (core specialization).
+
+    Where :func:`limit_threads_per_rank` chose the rank's thread count (the
+    user set no thread variable) and it is at least :data:`MIN_THREADS_TO_SHARE`,
+    the rank's BLAS, OpenMP and Numba threads drop by one, so that a thread
+    running blocking collectives in the background does not compete with the
+    computation for cores.
+
+    Returns
+    -------
+    int or None
+        The thread count applied, or None when nothing was changed.
+    """
+    threads = _CHOSEN[0] if _CHOSEN else 0
+    if threads < MIN_THREADS_TO_SHARE or os.environ.get("OMP_NUM_THREADS") != str(threads):
+        return None
+    threads -= 1
+    if "NUMBA_NUM_THREADS" not in os.environ:
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    _limit_blas(threads)
+    return threads
+
+
+def _limit_blas(threads):
+    _LIMITER.append(threadpool_limits(limits=threads))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    _CHOSEN[:] = [threads]

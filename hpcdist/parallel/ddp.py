@@ -23,9 +23,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from ..comm import broadcast, broadcast_object, iallreduce, resolve_context
+from ..comm import allreduce, broadcast, broadcast_object, iallreduce, resolve_context
 from ..comm.agreement import agree_config, described_layouts
-from ..comm.requests import ProgressPoller
+from ..comm.background import CommunicationThread
 from ..compression import compressed_allreduce
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from ..nn.module import Module, array_module
@@ -54,11 +54,12 @@ class DistributedDataParallel(Module):
         bucket). Compressed buckets are reduced with
         :func:`hpcdist.compression.compressed_allreduce`, which blocks.
     progress_thread : bool, optional
-        Drive in-flight allreduces from a background thread while the
-        backward pass computes, so that they really overlap (MPI libraries
-        often progress only inside MPI calls). Default: on when the MPI
-        library runs with ``MPI_THREAD_MULTIPLE``; off, the backward pass
-        polls between layers instead.
+        Reduce the buckets on the context's communication thread (a blocking
+        allreduce each, which the MPI library progresses at full speed while
+        the backward pass computes). Default: on when the MPI library runs
+        with ``MPI_THREAD_MULTIPLE``. Off, each bucket is a nonblocking
+        allreduce that the backward pass tests between layers (MPI libraries
+        often progress only inside MPI calls).
     ctx : Context, optional
         Defaults to the default context.
 
@@ -100,9 +101,11 @@ class DistributedDataParallel(Module):
         self.compression = compression
         self.exposed_communication_seconds = 0.0
         named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+        if progress_thread is None:
+            progress_thread = CommunicationThread.available()
         _verify_layout(self.ctx, named, module,
                        {"bucket_size_mb": bucket_size_mb, "broadcast_buffers": broadcast_buffers,
-                        "compression": compression})
+                        "compression": compression, "progress_thread": bool(progress_thread)})
         self._broadcast_state(named)
         self.buckets = assign_buckets(named, bucket_size_mb * _MEBIBYTE)
         self._where = {}
@@ -119,9 +122,8 @@ class DistributedDataParallel(Module):
         self._sync_enabled = True
         self._next_launch = 0
         self._in_flight = []
-        if progress_thread is None:
-            progress_thread = ProgressPoller.available(self.ctx)
-        self._poller = ProgressPoller() if progress_thread and self.ctx.size > 1 else None
+        self._thread = (self.ctx.communication_thread()
+                        if progress_thread and self.ctx.size > 1 else None)
 
     # -- set-up --------------------------------------------------------------------------
     def _broadcast_state(self, named):
@@ -197,7 +199,7 @@ class DistributedDataParallel(Module):
             return
         bucket.ready.add(id(parameter))
         self._launch_completed()
-        if self._poller is None:
+        if self._thread is None:
             for pending in self._in_flight:  # give the MPI library a chance to progress
                 if not pending.request.test():
                     break
@@ -212,10 +214,12 @@ class DistributedDataParallel(Module):
     def _launch(self, bucket):
         bucket.zero_untouched()
         if self._compressors is None:
-            bucket.request = iallreduce(bucket.flat, op="mean", out=bucket.flat, ctx=self.ctx)
+            if self._thread is None:
+                bucket.request = iallreduce(bucket.flat, op="mean", out=bucket.flat, ctx=self.ctx)
+            else:
+                bucket.request = self._thread.submit(allreduce, bucket.flat, op="mean",
+                                                     out=bucket.flat, ctx=self._thread.ctx)
             self._in_flight.append(bucket)
-            if self._poller is not None:
-                self._poller.add(bucket.request)
             return
         reduced = compressed_allreduce(bucket.flat, self._compressors[bucket.index],
                                        name=f"bucket{bucket.index}", op="mean", ctx=self.ctx)
@@ -236,10 +240,11 @@ class DistributedDataParallel(Module):
         self.exposed_communication_seconds = time.perf_counter() - start
 
     def _drain(self):
-        if self._poller is not None:
-            self._poller.stop()
         for bucket in self._in_flight:
-            bucket.request.wait()
+            if self._thread is None:
+                bucket.request.wait()
+            else:
+                bucket.request.result()
         if self._in_flight or self._next_launch:
             for bucket in self.buckets:
                 bucket.reset()

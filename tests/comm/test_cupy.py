@@ -116,3 +116,20 @@ def test_staging_reuse(gctx):
     with all_ranks(mode):
         assert sub.staging.allocations == first
         _check_gpu(out, np.full(4096, float(sub.size), dtype=np.float32))
+
+
+@pytest.mark.mpi
+def test_staged_results_are_not_overwritten_by_the_next_call(gctx):
+    """Results copied to the device asynchronously from the staging buffers stay
+    right when the next calls reuse those buffers at once (no synchronisation between)."""
+    mode, sub = gctx
+    n = 1 << 22  # 16 MiB: long copies
+    inputs = [cp.full(n, float(i + 1), dtype=cp.float32) for i in range(4)]
+    results = [sub.allreduce(x, "sum") for x in inputs]
+    received = [sub.broadcast(cp.full(n, float(i), dtype=cp.float32) if sub.rank == 0
+                              else cp.empty(n, dtype=cp.float32), root=0) for i in range(4)]
+    cp.cuda.get_current_stream().synchronize()
+    with all_ranks(mode):
+        for i, (result, got) in enumerate(zip(results, received)):
+            assert float(result.min()) == float(result.max()) == (i + 1) * sub.size, i
+            assert float(got.min()) == float(got.max()) == i, i

@@ -102,6 +102,19 @@ def test_allreduce_out_and_in_place(dctx):
 
 
 @pytest.mark.mpi
+def test_nonblocking_allreduces_in_flight_together_keep_their_own_results(dctx):
+    mode, sub = dctx
+    arrays = [_dev(np.full(7, (sub.rank + 1.0) * (i + 1))) for i in range(3)]
+    requests = [sub.iallreduce(x, "sum", out=x) for x in arrays]
+    results = [request.wait() for request in requests]
+    total = sub.size * (sub.size + 1) / 2
+    with all_ranks(mode):
+        for i, (x, result) in enumerate(zip(arrays, results)):
+            assert result is x
+            _check_dev(x, np.full(7, total * (i + 1)), what=f"request {i}")
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("root", ["first", "last"])
 def test_broadcast(dctx, root):
     mode, sub = dctx

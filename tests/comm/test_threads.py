@@ -19,6 +19,7 @@ def no_thread_settings(monkeypatch):
     yield
     while threads._LIMITER:
         threads._LIMITER.pop().restore_original_limits()
+    threads._CHOSEN.clear()
 
 
 def test_limits_threads_to_cores_per_rank(no_thread_settings, monkeypatch):
@@ -50,6 +51,26 @@ def test_user_omp_threads_also_cap_numba(no_thread_settings, monkeypatch):
         assert threads.limit_threads_per_rank(local_size=2, cores=8) == 1
         assert os.environ["NUMBA_NUM_THREADS"] == "1"
     assert os.environ["OMP_NUM_THREADS"] == "1"
+
+
+def test_a_communication_thread_takes_a_core_from_hpcdists_choice(no_thread_settings,
+                                                                  monkeypatch):
+    monkeypatch.setattr(threads, "available_cores", lambda: 16)
+    assert threads.limit_threads_per_rank(local_size=2, cores=16) == 8
+    assert threads.reserve_core_for_communication() == 7
+    assert os.environ["OMP_NUM_THREADS"] == "7"
+
+
+def test_no_core_is_taken_from_few_threads_or_from_the_users_choice(no_thread_settings,
+                                                                    monkeypatch):
+    monkeypatch.setattr(threads, "available_cores", lambda: 16)
+    assert threads.limit_threads_per_rank(local_size=8, cores=16) == 2
+    assert threads.reserve_core_for_communication() is None
+    assert os.environ["OMP_NUM_THREADS"] == "2"
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")
+    threads.limit_threads_per_rank(local_size=2, cores=16)
+    assert threads.reserve_core_for_communication() is None
+    assert os.environ["OMP_NUM_THREADS"] == "8"
 
 
 def test_single_rank_per_node_keeps_all_cores(no_thread_settings, monkeypatch):

@@ -21,11 +21,11 @@ N_FEATURES, N_HIDDEN, N_CLASSES = 5, 7, 3
 BUCKET_SIZES = [0.0, 25.0, math.inf]   # one bucket per parameter, default, a single bucket
 
 
-def make_model(seed=0, hidden=N_HIDDEN):
+def make_model(seed=0, hidden=N_HIDDEN, xp=np):
     return nn.Sequential(
-        nn.Linear(N_FEATURES, hidden, dtype=np.float64, random_state=seed), nn.Tanh(),
-        nn.Linear(hidden, hidden, dtype=np.float64, random_state=seed + 1), nn.ReLU(),
-        nn.Linear(hidden, N_CLASSES, dtype=np.float64, random_state=seed + 2))
+        nn.Linear(N_FEATURES, hidden, dtype=np.float64, random_state=seed, xp=xp), nn.Tanh(),
+        nn.Linear(hidden, hidden, dtype=np.float64, random_state=seed + 1, xp=xp), nn.ReLU(),
+        nn.Linear(hidden, N_CLASSES, dtype=np.float64, random_state=seed + 2, xp=xp))
 
 
 def make_data(steps):
@@ -310,7 +310,33 @@ def test_set_to_none_gradients_still_reduce_into_buckets(ctx):
             assert parameter.grad is view
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("progress_thread", [True, False])
+def test_cupy_gradients_are_averaged_on_the_gpu(ctx, progress_thread):
+    cp = pytest.importorskip("cupy")
+    if not ctx.device.startswith("cuda:"):
+        pytest.skip("no CUDA GPU visible")
+    X, y = make_data(1)
+    ddp = hpcdist.DDP(make_model(xp=cp), ctx=ctx, bucket_size_mb=0,
+                      progress_thread=progress_thread)
+    criterion = nn.CrossEntropyLoss()
+    rows = local_rows(0, ctx.rank, ctx.size)
+    criterion(ddp(cp.asarray(X[rows])), cp.asarray(y[rows]))
+    ddp.backward(criterion.backward())
+    reference = make_model()
+    criterion(reference(X[:GLOBAL_BATCH]), y[:GLOBAL_BATCH])
+    reference.backward(criterion.backward())
+    with all_ranks("gradients of a CuPy model"):
+        for (name, expected), (_, actual) in zip(reference.named_parameters(),
+                                                 ddp.module.named_parameters()):
+            assert isinstance(actual.grad, cp.ndarray), name
+            check_array(cp.asnumpy(actual.grad), expected.grad, rtol=1e-9, atol=1e-12,
+                        what=name)
+
+
 test_ddp_equals_single_rank_large_batch_mpi = mpi_twin(test_ddp_equals_single_rank_large_batch)
+test_cupy_gradients_are_averaged_on_the_gpu_mpi = mpi_twin(
+    test_cupy_gradients_are_averaged_on_the_gpu)
 test_grad_is_average_over_ranks_after_backward_mpi = mpi_twin(
     test_grad_is_average_over_ranks_after_backward)
 test_no_sync_accumulation_equals_one_large_batch_mpi = mpi_twin(
@@ -323,11 +349,13 @@ test_compression_per_bucket_mpi = mpi_twin(test_compression_per_bucket)
 def test_progress_thread_on_or_off_gives_the_same_average(ctx, progress_thread):
     X, y = make_data(1)
     ddp = hpcdist.DDP(make_model(), ctx=ctx, bucket_size_mb=0, progress_thread=progress_thread)
-    assert_on_all_ranks((ddp._poller is not None) == progress_thread, "poller setting ignored")
+    assert_on_all_ranks((ddp._thread is not None) == progress_thread, "thread setting ignored")
     criterion = nn.CrossEntropyLoss()
     rows = local_rows(0, ctx.rank, ctx.size)
     criterion(ddp(X[rows]), y[rows])
     ddp.backward(criterion.backward())
     check_grads_against_one_batch(ddp, X[:GLOBAL_BATCH], y[:GLOBAL_BATCH], rtol=1e-9)
-    assert_on_all_ranks(ddp._poller is None or ddp._poller._thread is None,
-                        "progress thread still running after backward")
+    assert_on_all_ranks(not ddp._in_flight, "allreduces still in flight after backward")
+    if progress_thread:  # one communication thread per context, shared by its DDPs
+        other = hpcdist.DDP(make_model(), ctx=ctx, progress_thread=True)
+        assert_on_all_ranks(other._thread is ddp._thread, "a second communication thread")

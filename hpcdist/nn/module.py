@@ -39,19 +39,34 @@ class Parameter:
         until the first backward pass (or after ``zero_grad(set_to_none=True)``).
     """
 
-    __slots__ = ("data", "grad", "requires_grad", "_grad_hooks", "_grad_zeroed")
+    __slots__ = ("data", "_grad", "requires_grad", "_grad_hooks", "_zero")
 
     def __init__(self, data, requires_grad=True):
         self.data = data
-        self.grad = None
+        self._grad = None
         self.requires_grad = bool(requires_grad)
         self._grad_hooks = []
-        self._grad_zeroed = False  # grad holds zeros written by zero_grad, nothing since
+        # zero_grad ran since the gradient was last written or read: its memory still
+        # holds old values, zeroed when read or overwritten by the next gradient
+        self._zero = False
 
     shape = property(lambda self: self.data.shape, doc="Shape of ``data``.")
     dtype = property(lambda self: self.data.dtype, doc="Dtype of ``data``.")
     size = property(lambda self: self.data.size, doc="Number of elements.")
     nbytes = property(lambda self: self.data.nbytes, doc="Bytes of ``data``.")
+
+    @property
+    def grad(self):
+        grad = self._grad
+        if self._zero:
+            grad[...] = 0
+            self._zero = False  # the reader may write into it
+        return grad
+
+    @grad.setter
+    def grad(self, value):
+        self._grad = value
+        self._zero = False
 
     def __repr__(self):
         return f"Parameter(shape={self.shape}, dtype={self.dtype})"
@@ -64,11 +79,13 @@ class Parameter:
         """
         if not self.requires_grad:
             return
-        if self.grad is None:
-            self.grad = grad.astype(self.data.dtype, copy=True)
+        if self._grad is None:
+            self._grad = grad.astype(self.data.dtype, copy=True)
+        elif self._zero:
+            self._grad[...] = grad
         else:
-            self.grad += grad
-        self._grad_zeroed = False
+            self._grad += grad
+        self._zero = False
         for hook in self._grad_hooks:
             hook(self)
 
@@ -79,12 +96,12 @@ class Parameter:
         the gradient's memory (no temporary, no extra pass over it); the
         result is the same as ``accumulate_grad(a @ b)``.
         """
-        grad = self.grad
-        if (self.requires_grad and self._grad_zeroed and isinstance(grad, np.ndarray)
+        grad = self._grad
+        if (self.requires_grad and self._zero and isinstance(grad, np.ndarray)
                 and grad.flags.c_contiguous and grad.dtype == np.result_type(a, b)
                 and grad.shape == (a.shape[0], b.shape[1])):
             np.matmul(a, b, out=grad)
-            self._grad_zeroed = False
+            self._zero = False
             for hook in self._grad_hooks:
                 hook(self)
             return
@@ -99,12 +116,15 @@ class Parameter:
         return lambda: self._grad_hooks.remove(hook)
 
     def zero_grad(self, set_to_none=False):
-        """Zero the gradient in place (or drop it with ``set_to_none=True``)."""
+        """Zero the gradient (or drop it with ``set_to_none=True``).
+
+        The zeros are written lazily: when :attr:`grad` is next read, unless
+        the next backward pass overwrites the memory first.
+        """
         if set_to_none:
             self.grad = None
-        elif self.grad is not None:
-            self.grad[...] = 0
-            self._grad_zeroed = True
+        elif self._grad is not None and not self._zero:
+            self._zero = True
 
 
 class Module:

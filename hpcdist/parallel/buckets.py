@@ -74,8 +74,9 @@ class Bucket:
         """Parameters that got no gradient since the last sync contribute zeros."""
         for position, parameter in enumerate(self.parameters):
             if id(parameter) not in self.touched:
-                self.rebind(parameter, position)
-                self.views[position][...] = 0
+                view = self.views[position]
+                view[...] = 0
+                parameter.grad = view
 
     def reset(self):
         self.ready.clear()

@@ -248,6 +248,24 @@ def test_cupy_model_matches_numpy():
         np.testing.assert_allclose(cupy_value, numpy_value, rtol=1e-10, atol=1e-12)
 
 
+def test_zero_grad_writes_lazily_but_every_reader_sees_zeros():
+    from hpcdist.nn import Parameter
+    p = Parameter(np.zeros(4))
+    p.accumulate_grad(np.arange(4.0))
+    memory = p._grad
+    p.zero_grad()
+    assert memory.any()                              # not written: the next gradient may
+    p.accumulate_grad(np.ones(4))                    # overwrite it instead of adding
+    assert p.grad is memory
+    np.testing.assert_array_equal(p.grad, np.ones(4))
+    p.zero_grad()
+    np.testing.assert_array_equal(p.grad, np.zeros(4))  # a reader gets zeros
+    assert not memory.any()
+    p.grad += 2                                      # and may write into them
+    p.accumulate_grad(np.ones(4))
+    np.testing.assert_array_equal(p.grad, np.full(4, 3.0))
+
+
 def test_accumulate_grad_product_writes_in_place_after_zero_grad_and_accumulates_otherwise():
     from hpcdist.nn import Parameter
     rng = np.random.default_rng(0)

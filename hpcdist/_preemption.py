@@ -13,6 +13,7 @@ This module sits at the bottom of the layers: the launcher (``hpcdist run``)
 and the estimators' fit loops both use it, and it imports nothing of hpcdist.
 """
 
+import os
 import signal
 import threading
 
@@ -48,25 +49,59 @@ class PreemptionHandler:
         The ranks that must stop together.
     signals : tuple of signal.Signals
         Defaults to SIGUSR1 and SIGTERM.
+    on_terminate : callable, optional
+        Called with no arguments as soon as SIGTERM arrives, from a thread of
+        the handler's, also while the main thread is blocked inside a C call
+        (an MPI collective waiting for a rank that died), where Python runs no
+        signal handler. It must be safe to call from any thread.
     """
 
-    def __init__(self, ctx, signals=_SIGNALS):
+    def __init__(self, ctx, signals=_SIGNALS, on_terminate=None):
         self.ctx = ctx
         self.signals = tuple(signals)
+        self.on_terminate = on_terminate
         self.received = None
         self._previous = {}
+        self._wakeup = None  # (the previous wakeup fd, our pipe's write end, reader thread)
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             for signum in self.signals:
                 self._previous[signum] = signal.signal(signum, self._handle)
+            if self.on_terminate is not None and signal.SIGTERM in self.signals:
+                self._start_wakeup_reader()
         return self
 
     def __exit__(self, *exc):
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
+        if self._wakeup is not None:
+            previous, write_end, reader = self._wakeup
+            signal.set_wakeup_fd(previous)
+            os.close(write_end)  # the reader sees the end of the pipe
+            reader.join()
+            self._wakeup = None
         return False
+
+    def _start_wakeup_reader(self):
+        """Python's C-level handler writes each signal's number into a pipe
+        (``signal.set_wakeup_fd``); a thread reads it at once."""
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        reader = threading.Thread(target=self._read_signals, args=(read_end,), daemon=True,
+                                  name="hpcdist-preemption")
+        reader.start()
+        self._wakeup = (previous, write_end, reader)
+
+    def _read_signals(self, read_end):
+        try:
+            while data := os.read(read_end, 64):
+                if signal.SIGTERM in data:
+                    self.on_terminate()
+        finally:
+            os.close(read_end)
 
     def _handle(self, signum, _frame):
         self.received = signal.Signals(signum).name

@@ -25,6 +25,8 @@
 #                          --max-restarts; default 0)
 #   HPCDIST_STALL_TIMEOUT  seconds before a stuck collective ends the job
 #                          with a diagnosis (default 600)
+#   HPCDIST_TERM_STALL_TIMEOUT  the same after SIGTERM, inside a checkpointed
+#                          fit (default 3: a rank died, srun ended the step)
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
     echo "slurm/common.sh is sourced by the slurm/*.sbatch templates, not run" >&2

@@ -1,5 +1,7 @@
 """End the whole job when one rank dies, instead of leaving the others waiting."""
 
+import faulthandler
+import os
 import socket
 import sys
 import threading
@@ -12,10 +14,17 @@ __all__ = ["install_abort_hook", "abort_job"]
 
 _INSTALLED = []
 _FORWARD_SECONDS = 1.0
+_EXIT_SECONDS = 1.0
+_DEVNULL = []  # the file faulthandler writes to must stay open
 
 
 def abort_job(message, errorcode=1):
-    """Print ``message`` to stderr and abort every rank of ``MPI.COMM_WORLD``."""
+    """Print ``message`` to stderr and abort every rank of ``MPI.COMM_WORLD``.
+
+    Should the abort itself block (under srun, once Slurm is already tearing
+    the step down, MPICH's PMI-2 abort was seen to wait until Slurm's
+    SIGKILL), the process ends by itself :data:`_EXIT_SECONDS` later.
+    """
     try:
         sys.stderr.write(message if message.endswith("\n") else message + "\n")
         sys.stderr.flush()
@@ -23,6 +32,9 @@ def abort_job(message, errorcode=1):
         # give the launcher a moment to forward the message before the job is torn down
         time.sleep(_FORWARD_SECONDS)
     finally:
+        # a timer in C (no interpreter lock needed) that ends the process
+        _DEVNULL.append(open(os.devnull, "w"))
+        faulthandler.dump_traceback_later(_EXIT_SECONDS, exit=True, file=_DEVNULL[-1])
         MPI.COMM_WORLD.Abort(errorcode)
 
 

@@ -24,11 +24,15 @@ from .checks import format_ranks
 from .mpi import MPI
 
 __all__ = ["Watchdog", "stall_timeout_from_env", "running_watchdog", "start_watchdog",
-           "stop_watchdog"]
+           "stop_watchdog", "end_stalls_after_termination", "TERMINATION_STALL_SECONDS"]
 
 _QUERY, _REPLY = 1, 2
 _POLL_SECONDS = 0.25
 _REPLY_GRACE_SECONDS = 5.0
+_TERMINATION_REPLY_GRACE_SECONDS = 1.0
+#: default of ``HPCDIST_TERM_STALL_TIMEOUT``: after SIGTERM, a collective that waits this
+#: long ends the job (a scheduler's SIGKILL follows SIGTERM within its KillWait anyway)
+TERMINATION_STALL_SECONDS = 3.0
 _EARLY_FRACTION = 0.2  # each rank's pending call is printed once at this share of the timeout
 _RUNNING = []  # the process's watchdog, while one runs
 
@@ -52,17 +56,35 @@ def stop_watchdog():
         watchdog.comm.Free()
 
 
+def end_stalls_after_termination():
+    """Called on SIGTERM: from now on a collective that waits ``HPCDIST_TERM_STALL_TIMEOUT``
+    seconds (default :data:`TERMINATION_STALL_SECONDS`) ends the job.
+
+    A rank that died makes the others wait in their next collective; the
+    scheduler's SIGTERM to the survivors (srun ``--kill-on-bad-exit``) then
+    ends the job within seconds instead of at the scheduler's SIGKILL. Safe
+    to call from any thread; does nothing without a running watchdog.
+    """
+    watchdog = running_watchdog()
+    if watchdog is not None:
+        watchdog.end_stalls(_seconds_from_env("HPCDIST_TERM_STALL_TIMEOUT",
+                                              TERMINATION_STALL_SECONDS))
+
+
 def stall_timeout_from_env():
     """``HPCDIST_STALL_TIMEOUT`` in seconds (default 300; 0 turns the watchdog off)."""
-    value = os.environ.get("HPCDIST_STALL_TIMEOUT", "300").strip()
+    return _seconds_from_env("HPCDIST_STALL_TIMEOUT", 300, "(0 turns the stall watchdog off)")
+
+
+def _seconds_from_env(name, default, off=""):
+    value = os.environ.get(name, str(default)).strip()
     try:
         seconds = float(value)
     except ValueError:
-        raise InvalidArgumentError(f"HPCDIST_STALL_TIMEOUT={value!r} should be a number of seconds "
-                                   f"(0 turns the stall watchdog off)") from None
-    if seconds < 0:
-        raise InvalidArgumentError(
-            f"HPCDIST_STALL_TIMEOUT={value!r} should be >= 0 (0 turns it off)")
+        seconds = None
+    if seconds is None or not seconds >= 0:
+        raise InvalidArgumentError(f"{name}={value!r} should be a number of seconds >= 0 {off}"
+                                   .rstrip())
     return seconds
 
 
@@ -81,10 +103,15 @@ class Watchdog:
         self.comm = comm
         self.timeout = timeout
         self._contexts = weakref.WeakSet()
+        self._ending = None  # (since, seconds) after a termination signal
         self._question = np.zeros(1, dtype=np.int64)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hpcdist-watchdog", daemon=True)
         self._thread.start()
+
+    def end_stalls(self, seconds):
+        """From now on, a collective that waits ``seconds`` ends the job."""
+        self._ending = (time.perf_counter(), float(seconds))
 
     def watch(self, ctx):
         """Include ``ctx``'s collectives."""
@@ -121,7 +148,13 @@ class Watchdog:
                 current = self._status()
                 if current is None:
                     continue
-                if current[2] > self.timeout:
+                ending = self._ending
+                if ending is not None and min(current[2], time.perf_counter() - ending[0]) \
+                        > ending[1]:
+                    self._diagnose_and_abort(
+                        current, f"HPCDIST_TERM_STALL_TIMEOUT={ending[1]:g} after SIGTERM",
+                        _TERMINATION_REPLY_GRACE_SECONDS)
+                elif current[2] > self.timeout:
                     self._diagnose_and_abort(current)
                 elif current[2] > self.timeout * _EARLY_FRACTION and current[:2] != warned:
                     warned = current[:2]
@@ -137,14 +170,15 @@ class Watchdog:
             self.comm.send(self._status(), dest=status.Get_source(), tag=_REPLY)
             self._request = self.comm.Irecv(self._query, source=MPI.ANY_SOURCE, tag=_QUERY)
 
-    def _survey(self):
-        """Every other rank's :meth:`_status` (rank -> status; missing: no answer in time)."""
+    def _survey(self, grace=_REPLY_GRACE_SECONDS):
+        """Every other rank's :meth:`_status` (rank -> status; missing: no answer within
+        ``grace`` seconds)."""
         rank, size = self.comm.Get_rank(), self.comm.Get_size()
         others = [r for r in range(size) if r != rank]
         for other in others:  # the question buffer lives as long as the watchdog
             self.comm.Isend(self._question, dest=other, tag=_QUERY).Free()
         replies = {}
-        deadline = time.monotonic() + _REPLY_GRACE_SECONDS
+        deadline = time.monotonic() + grace
         while len(replies) < len(others) and time.monotonic() < deadline:
             status = MPI.Status()
             if self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_REPLY, status=status):
@@ -155,7 +189,7 @@ class Watchdog:
                 time.sleep(0.01)
         return replies
 
-    def _rank_lines(self, current, replies):
+    def _rank_lines(self, current, replies, grace=_REPLY_GRACE_SECONDS):
         """Who waits in ``current``'s operation, who does what instead, who is silent."""
         name = current[0]
         rank, size = self.comm.Get_rank(), self.comm.Get_size()
@@ -177,7 +211,7 @@ class Watchdog:
         for other in range(size):
             if other in silent:
                 lines.append(f"    rank {other}: did not answer within "
-                             f"{_REPLY_GRACE_SECONDS:g} s (hung with the interpreter lock "
+                             f"{grace:g} s (hung with the interpreter lock "
                              f"held, or dead)")
                 continue
             state = statuses[other]
@@ -201,14 +235,15 @@ class Watchdog:
                   f"job is aborted at HPCDIST_STALL_TIMEOUT={self.timeout:g} s. Pending calls:")
         print("\n".join([header] + lines), file=sys.stderr, flush=True)
 
-    def _diagnose_and_abort(self, current):
+    def _diagnose_and_abort(self, current, limit=None, grace=_REPLY_GRACE_SECONDS):
         name, call, seconds, _, signature = current
-        replies = self._survey()
-        waiting, lines = self._rank_lines(current, replies)
+        replies = self._survey(grace)
+        waiting, lines = self._rank_lines(current, replies, grace)
         rank = self.comm.Get_rank()
+        limit = limit or f"HPCDIST_STALL_TIMEOUT={self.timeout:g}"
         lines.insert(0, f"hpcdist: stall on rank {rank} ({socket.gethostname()}): "
                         f"{signature or name} (call #{call}) has not completed after "
-                        f"{seconds:.1f} s (HPCDIST_STALL_TIMEOUT={self.timeout:g}).")
+                        f"{seconds:.1f} s ({limit}).")
         lines.append(f"  Ranks waiting in {name}: {format_ranks(waiting)}. Aborting the job.")
         abort_job("\n".join(lines), errorcode=1)
         sys.exit(1)  # not reached: Abort ends the process

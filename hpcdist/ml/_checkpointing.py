@@ -14,6 +14,7 @@ import numpy as np
 
 from .._preemption import Preempted, PreemptionHandler
 from ..comm import broadcast_object
+from ..comm.watchdog import end_stalls_after_termination
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["FitCheckpointing", "optimizer_to_tree", "optimizer_from_tree"]
@@ -59,7 +60,8 @@ class FitCheckpointing:
 
     def __enter__(self):
         if self.enabled:
-            self._handler = self._stack.enter_context(PreemptionHandler(self.ctx))
+            self._handler = self._stack.enter_context(
+                PreemptionHandler(self.ctx, on_terminate=end_stalls_after_termination))
         return self
 
     def __exit__(self, *exc):

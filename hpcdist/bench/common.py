@@ -149,7 +149,8 @@ def blas_threads():
 
 
 def _gloo_rendezvous(ctrl):
-    """gloo's ``tcp://host:port``, picked on rank 0 and shared with every rank."""
+    """gloo's (and TensorPipe's) ``tcp://host:port``, picked on rank 0 and shared with
+    every rank."""
     hosts = ctrl.allgather(socket.gethostname())
     address = None
     if ctrl.Get_rank() == 0:
@@ -193,6 +194,41 @@ def init_gloo(ctrl, enabled=True):
     dist.init_process_group("gloo", init_method=_gloo_rendezvous(ctrl), rank=ctrl.Get_rank(),
                             world_size=ctrl.Get_size(), timeout=datetime.timedelta(seconds=120))
     return torch, dist
+
+
+def init_torch_rpc(ctrl, enabled=True):
+    """Start torch.distributed.rpc (TensorPipe) with MPI's ranks as ``worker0`` ...
+
+    Parameters
+    ----------
+    ctrl : mpi4py.MPI.Comm
+        All its ranks call this.
+    enabled : bool, default=True
+        False skips torch altogether.
+
+    Returns
+    -------
+    module or None
+        ``torch.distributed.rpc`` (the caller shuts it down), or None when
+        it is not importable on every rank (rank 0 then says so).
+    """
+    rpc = None
+    if enabled:
+        try:
+            import torch.distributed.rpc as rpc
+        except ImportError:
+            rpc = None
+    usable = rpc is not None and rpc.is_available()
+    if not all(ctrl.allgather(usable)):
+        if enabled and ctrl.Get_rank() == 0:
+            print("torch.distributed.rpc is not importable on every rank: no torch baseline",
+                  flush=True)
+        return None
+    options = rpc.TensorPipeRpcBackendOptions(init_method=_gloo_rendezvous(ctrl),
+                                              rpc_timeout=120)
+    rpc.init_rpc(f"worker{ctrl.Get_rank()}", rank=ctrl.Get_rank(), world_size=ctrl.Get_size(),
+                 rpc_backend_options=options)
+    return rpc
 
 
 def pyplot():

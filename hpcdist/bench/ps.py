@@ -14,6 +14,10 @@ and rank 1 answering:
 ``mpi4py``
     ``comm.Send(x, 1); comm.Recv(buf, 1)`` and rank 1's mirror on
     ``ctx.comm``, into buffers allocated once: the floor of any round trip.
+``torch``
+    ``torch.distributed.rpc.rpc_sync("worker1", echo, args=(t,))`` on
+    ``t = torch.from_numpy(x)`` (TensorPipe backend), when torch is
+    installed: the RPC a PyTorch user has.
 ``futures``
     ``executor.submit(echo, x).result()`` in
     ``mpi4py.futures.MPICommExecutor(ctx.comm, root=0, use_pkl5=True)``
@@ -58,6 +62,7 @@ from .common import (
     byte_size_list,
     format_size,
     idle_until_all_arrive,
+    init_torch_rpc,
     load_average,
     machine_info,
     write_report,
@@ -65,7 +70,7 @@ from .common import (
 
 __all__ = ["main", "IMPLEMENTATIONS", "TARGET_RATIO", "TARGET_FROM", "judge_target"]
 
-IMPLEMENTATIONS = ("rpc", "mpi4py", "futures")
+IMPLEMENTATIONS = ("rpc", "mpi4py", "torch", "futures")
 BASELINES = IMPLEMENTATIONS[1:]
 DTYPE = np.float64
 DEFAULT_SIZES = (8, 512, 8 * KIB, 64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB, 64 * MIB)
@@ -83,6 +88,7 @@ CALLS = {
     "rpc": "rpc_sync(1, echo, args=(x,))",
     "mpi4py": "rank 0: comm.Send(x, 1); comm.Recv(buf, 1)  "
               "rank 1: comm.Recv(buf, 0); comm.Send(buf, 0)",
+    "torch": 'torch.distributed.rpc.rpc_sync("worker1", echo, args=(torch.from_numpy(x),))',
     "futures": "MPICommExecutor(comm, root=0, use_pkl5=True): executor.submit(echo, x).result()",
 }
 
@@ -107,6 +113,8 @@ def _parse_args(argv):
     parser.add_argument("--batch-ms", type=float, help=f"default {DEFAULT_BATCH_MS:g}")
     parser.add_argument("--no-futures", action="store_true",
                         help="leave the mpi4py.futures baseline out")
+    parser.add_argument("--no-torch", action="store_true",
+                        help="leave the torch.distributed.rpc baseline out")
     args = parser.parse_args(argv)
     if args.repetitions is not None and args.repetitions < 1:
         parser.error(f"--repetitions={args.repetitions} should be >= 1")
@@ -152,6 +160,16 @@ def _mpi4py_batch(comm, x, buf, k):
     return None, None
 
 
+def _torch_batch(comm, x, buf, k):
+    if comm.Get_rank() != 0:
+        return None, None  # rank 1's TensorPipe agent answers
+    import torch  # optional: imported only where init_torch_rpc found it
+    import torch.distributed.rpc as rpc
+
+    tensor = torch.from_numpy(x)
+    return _timed(lambda: rpc.rpc_sync("worker1", echo, args=(tensor,)), k)
+
+
 def _futures_batch(comm, x, buf, k):
     executor_class = _futures_executor()
     with executor_class(comm, root=0, use_pkl5=True) as executor:
@@ -164,7 +182,8 @@ def _futures_batch(comm, x, buf, k):
     return None, None
 
 
-BATCHES = {"rpc": _rpc_batch, "mpi4py": _mpi4py_batch, "futures": _futures_batch}
+BATCHES = {"rpc": _rpc_batch, "mpi4py": _mpi4py_batch, "torch": _torch_batch,
+           "futures": _futures_batch}
 
 
 def _futures_executor():
@@ -293,8 +312,11 @@ def main(argv=None):
     comm, ctrl = ctx.comm, ctx.comm.Dup()
     load_before = load_average()
     init_rpc(ctx)
+    torch_rpc = init_torch_rpc(ctrl, enabled=not args.no_torch)
     try:
         names = list(IMPLEMENTATIONS)
+        if torch_rpc is None:
+            names.remove("torch")
         if args.no_futures or not _futures_work(comm, ctrl):
             names.remove("futures")
         if ctx.rank == 0:
@@ -309,6 +331,8 @@ def main(argv=None):
         machine = machine_info(ctrl, load_average_before=load_before,
                                load_average_after=load_average())
     finally:
+        if torch_rpc is not None:
+            torch_rpc.shutdown()
         shutdown()
         ctrl.Free()
     if ctx.rank == 0:

@@ -57,6 +57,12 @@ def train_steps(kind, model, step, X, y, rows, epochs, rank):
             step()
 
 
+#: asynchronous parameter-server training applies every worker's update as it comes, with
+#: the staleness the machine's load gives it: under a loaded CI run at 4 ranks on 2 cores
+#: 12 epochs once ended at 0.947; it gets a third more
+EPOCHS_OF = {"parameter_server_async": 16}
+
+
 def at_2_and_4_ranks(ctx):
     if ctx.size not in (2, 4):
         pytest.skip("convergence is checked at 2 and 4 ranks")
@@ -72,7 +78,7 @@ def test_averaging_strategies_reach_95_percent_on_digits(ctx, kind, strategy):
     model = make_model(kind, n_in=64, hidden=64, n_out=10)
     optimizer = make_optimizer(kind, model, lr=0.1, momentum=0.9)
     s = STRATEGIES[strategy](model, optimizer, ctx)
-    train_steps(kind, model, s.step, X, y, rows, EPOCHS, ctx.rank)
+    train_steps(kind, model, s.step, X, y, rows, EPOCHS_OF.get(strategy, EPOCHS), ctx.rank)
     s.finalize()
     score = accuracy(kind, model, X_test, y_test)
     with all_ranks(f"{strategy} ({kind}) held-out accuracy"):

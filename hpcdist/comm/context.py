@@ -188,7 +188,7 @@ class Context:
         """
         merged = {}
         for records in self._stats_records():
-            for name, record in records.items():
+            for name, record in list(records.items()):  # the thread may add one meanwhile
                 total = merged.setdefault(name, dict.fromkeys(_STAT_FIELDS, 0))
                 for field in _STAT_FIELDS:
                     total[field] += getattr(record, field)

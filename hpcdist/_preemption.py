@@ -42,6 +42,8 @@ class PreemptionHandler:
 
     Use as a context manager around a training loop (handlers are installed
     only from the main thread; elsewhere the handler only answers False).
+    Left with :class:`Preempted`, it ignores its signals from then on: the
+    process is exiting with :data:`EXIT_RESUME`.
 
     Parameters
     ----------
@@ -72,9 +74,13 @@ class PreemptionHandler:
                 self._start_wakeup_reader()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, traceback):
+        # leaving with Preempted, the rank is on its way out with 75: a later stop signal
+        # must not turn that into death by SIGTERM (srun sends one to the ranks still
+        # running as soon as one has exited 75, which it counts as a failure)
+        leaving = exc_type is not None and issubclass(exc_type, Preempted)
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, signal.SIG_IGN if leaving else handler)
         self._previous.clear()
         if self._wakeup is not None:
             previous, write_end, reader = self._wakeup

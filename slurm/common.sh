@@ -86,6 +86,21 @@ hpcdist_srun_mpi() {
     fi
 }
 
+# The mpich wheel under srun's pmi2: its default network module, UCX,
+# publishes its address through PMI, and Slurm's pmi2 plugin (22.05) read
+# those requests out of step ("value not properly terminated in client
+# request", then UCX's "failed to unpack address"): MPI_Init failed in about
+# one job in four across two nodes. Its OFI module works there (3 of 3), so
+# it is the default unless MPIR_CVAR_CH4_NETMOD is set. A system MPICH is
+# left alone.
+hpcdist_mpich_wheel_netmod() {
+    if [[ $1 == pmi2 && -z ${MPIR_CVAR_CH4_NETMOD:-} && -x $HPCDIST_VENV/bin/mpiexec &&
+          $(command -v mpiexec) == "$HPCDIST_VENV/bin/mpiexec" ]] &&
+       [[ $(mpiexec --version 2>&1 || true) == *HYDRA* ]]; then
+        export MPIR_CVAR_CH4_NETMOD=ofi
+    fi
+}
+
 # Whether the job was cancelled (scancel, which also sends SIGTERM). While its
 # batch script still runs, Slurm (22.05 at least) shows such a job as
 # COMPLETING, and as CANCELLED once it has ended; a running job reads RUNNING.
@@ -126,6 +141,7 @@ hpcdist_launch() {
     if [[ $launcher == srun ]]; then
         mpi=$(hpcdist_srun_mpi)
         extra=${mpi:+--mpi=$mpi${extra:+ }}$extra
+        hpcdist_mpich_wheel_netmod "$mpi"
     fi
     if [[ -n $extra ]]; then
         run+=("--launcher-args=$extra")

@@ -70,3 +70,16 @@ def test_sigterm_ends_a_collective_stuck_on_a_missing_rank_within_seconds(tmp_pa
     assert "(HPCDIST_TERM_STALL_TIMEOUT=2 after SIGTERM)" in output, output
     assert "Ranks that have not arrived in allreduce: rank 1" in output, output
     assert seconds < 30, f"{seconds:.1f} s\n{output}"
+
+
+def test_leaving_with_preempted_ignores_later_stop_signals(ctx):
+    with pytest.raises(Preempted):
+        with PreemptionHandler(ctx):
+            raise Preempted(3)
+    try:
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGTERM)  # ignored: the test goes on
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)

@@ -65,7 +65,7 @@ class FitCheckpointing:
         return self
 
     def __exit__(self, *exc):
-        self._stack.close()
+        self._stack.__exit__(*exc)  # the handler must see Preempted leaving (not close())
         return False
 
     def resume(self):

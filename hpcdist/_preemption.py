@@ -13,6 +13,7 @@ This module sits at the bottom of the layers: the launcher (``hpcdist run``)
 and the estimators' fit loops both use it, and it imports nothing of hpcdist.
 """
 
+import atexit
 import os
 import signal
 import threading
@@ -37,13 +38,22 @@ class Preempted(SystemExit):
         return f"stopped by a signal{where}; checkpoint written, exit code {EXIT_RESUME}"
 
 
+def _note_while_exiting(signum, _frame):
+    """A stop signal after :class:`Preempted`: the process is already leaving with 75."""
+
+
+def _ignore_signals(signals):
+    for signum in signals:
+        signal.signal(signum, signal.SIG_IGN)
+
+
 class PreemptionHandler:
     """Catch SIGUSR1 and SIGTERM while active; report them collectively.
 
     Use as a context manager around a training loop (handlers are installed
     only from the main thread; elsewhere the handler only answers False).
-    Left with :class:`Preempted`, it ignores its signals from then on: the
-    process is exiting with :data:`EXIT_RESUME`.
+    Left with :class:`Preempted`, it leaves a handler that ignores its
+    signals: the process is exiting with :data:`EXIT_RESUME`.
 
     Parameters
     ----------
@@ -77,10 +87,15 @@ class PreemptionHandler:
     def __exit__(self, exc_type, exc, traceback):
         # leaving with Preempted, the rank is on its way out with 75: a later stop signal
         # must not turn that into death by SIGTERM (srun sends one to the ranks still
-        # running as soon as one has exited 75, which it counts as a failure)
+        # running as soon as one has exited 75, which it counts as a failure). A Python
+        # handler, not SIG_IGN, which child processes would inherit.
         leaving = exc_type is not None and issubclass(exc_type, Preempted)
         for signum, handler in self._previous.items():
-            signal.signal(signum, signal.SIG_IGN if leaving else handler)
+            signal.signal(signum, _note_while_exiting if leaving else handler)
+        if leaving and self._previous:
+            # Python puts SIG_DFL back for its own handlers when it finalizes: ignore the
+            # signals from the start of the process's exit (before mpi4py finalizes MPI)
+            atexit.register(_ignore_signals, tuple(self._previous))
         self._previous.clear()
         if self._wakeup is not None:
             previous, write_end, reader = self._wakeup

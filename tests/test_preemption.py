@@ -1,6 +1,7 @@
 """PreemptionHandler and Preempted: a stop signal on any rank stops every rank."""
 import os
 import signal
+import subprocess
 import threading
 
 import pytest
@@ -10,11 +11,12 @@ from tests.helpers import assert_on_all_ranks, run_mpi_script
 
 
 def test_preemption_handler_single_process(ctx):
+    before = signal.getsignal(signal.SIGUSR1)
     with PreemptionHandler(ctx) as handler:
         assert not handler.should_stop()
         os.kill(os.getpid(), signal.SIGUSR1)
         assert handler.should_stop() and handler.received == "SIGUSR1"
-    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+    assert signal.getsignal(signal.SIGUSR1) == before  # the previous handler is back
     error = Preempted(7)
     assert error.code == EXIT_RESUME == 75 and "step 7" in str(error)
 
@@ -72,14 +74,17 @@ def test_sigterm_ends_a_collective_stuck_on_a_missing_rank_within_seconds(tmp_pa
     assert seconds < 30, f"{seconds:.1f} s\n{output}"
 
 
-def test_leaving_with_preempted_ignores_later_stop_signals(ctx):
+def test_leaving_with_preempted_ignores_later_stop_signals(ctx, tmp_path):
     with pytest.raises(Preempted):
         with PreemptionHandler(ctx):
             raise Preempted(3)
     try:
-        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
-        assert signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN
-        os.kill(os.getpid(), signal.SIGTERM)  # ignored: the test goes on
+        for signum in (signal.SIGTERM, signal.SIGUSR1):
+            assert callable(signal.getsignal(signum))  # Python's: children do not inherit it
+        os.kill(os.getpid(), signal.SIGTERM)  # noted and ignored: the test goes on
+        child = subprocess.run(["sh", "-c", "trap 'echo trapped' USR1; kill -USR1 $$"],
+                               capture_output=True, text=True, timeout=60)
+        assert child.stdout.strip() == "trapped"  # a child can still trap it
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGUSR1, signal.SIG_DFL)

@@ -11,7 +11,7 @@ __all__ = ["limit_threads_per_rank", "reserve_core_for_communication", "THREAD_V
 #: environment variables through which users choose thread counts themselves
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "NUMBA_NUM_THREADS", "BLIS_NUM_THREADS")
-#: a rank keeps at least this many compute threads after giving one to communication
+#: a rank gives one of its compute threads to communication only from this many
 MIN_THREADS_TO_SHARE = 4
 _LIMITER = []
 _CHOSEN = []  # the thread count hpcdist wrote into OMP_NUM_THREADS
@@ -57,10 +57,7 @@ def limit_threads_per_rank(local_size, cores=None):
     threads = _user_threads() or max(1, min(cores // max(local_size, 1), available_cores()))
     if threads >= cores:
         return None
-    changed = False
-    if "NUMBA_NUM_THREADS" not in os.environ:
-        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-        changed = True
+    changed = _limit_numba(threads)
     if not any(name in os.environ for name in THREAD_VARIABLES if name != "NUMBA_NUM_THREADS"):
         # after Numba, whose OpenMP pool may have just started with a thread per core
         _limit_blas(threads)
@@ -86,10 +83,17 @@ def reserve_core_for_communication():
     if threads < MIN_THREADS_TO_SHARE or os.environ.get("OMP_NUM_THREADS") != str(threads):
         return None
     threads -= 1
-    if "NUMBA_NUM_THREADS" not in os.environ:
-        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    _limit_numba(threads)
     _limit_blas(threads)
     return threads
+
+
+def _limit_numba(threads):
+    """Numba's threads, unless the user chose them (``NUMBA_NUM_THREADS``); whether set."""
+    if "NUMBA_NUM_THREADS" in os.environ:
+        return False
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    return True
 
 
 def _limit_blas(threads):

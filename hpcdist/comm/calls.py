@@ -54,11 +54,8 @@ class Call:
     kind = HOST
     scalar_type = backend = ctx = target = None
     output_slot = "recv"
-
-    @property
-    def scalar_code(self):
-        """Index of the Python scalar type in :data:`~.headers.SCALAR_TYPES`, or -1."""
-        return SCALAR_TYPES.index(self.scalar_type) if self.kind == PY_SCALAR else -1
+    #: index of the Python scalar type in :data:`~.headers.SCALAR_TYPES`, or -1
+    scalar_code = -1
 
     @property
     def on_host(self):
@@ -205,6 +202,11 @@ class _FullCall(Call):
     a copy made for MPI (the class defaults of :class:`Call` become per-call fields)."""
 
     __slots__ = ("kind", "scalar_type", "backend", "ctx", "target", "output_slot")
+
+    @property
+    def scalar_code(self):
+        """Index of the Python scalar type in :data:`~.headers.SCALAR_TYPES`, or -1."""
+        return SCALAR_TYPES.index(self.scalar_type) if self.kind == PY_SCALAR else -1
 
 
 def _host_call(data, kind, ctx, scalar_type=None):

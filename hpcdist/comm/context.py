@@ -105,7 +105,6 @@ class Context:
         # hpcdist's own traffic (check agreement, headers, explicit algorithms)
         self._private_comm = comm.Dup() if self.size > 1 else comm
         self._packet = None  # reusable buffer for header messages (see movement.py)
-        self._packet_view = None
         self._p2p_packets = None  # reusable buffers of blocking send/recv (see p2p.py)
         self._stats = {}
         self._calls = 0

@@ -18,17 +18,26 @@ from .calls import (
     spec_of,
 )
 from .checks import agree, format_ranks, shared_error_type
-from .dtypes import PREDEFINED_DATATYPES, dtype_code, dtype_from_code
-from .headers import BAD_INPUT, HEADER_BYTES, MAX_DIMS, NO_INPUT, OK, pack_header, unpack_header
+from .dtypes import dtype_code, dtype_from_code
+from .headers import (
+    BAD_INPUT,
+    HEADER_BYTES,
+    MAX_DIMS,
+    NO_INPUT,
+    OK,
+    pack_header,
+    read_inline,
+    unpack_header,
+    write_inline,
+)
 from .reductions import check_root
 
 __all__ = ["broadcast", "allgather", "gather", "scatter", "alltoall"]
 
-_HEADER_BYTES = HEADER_BYTES
 # one eager message: the header and a small array (MPICH broadcasts 4 KiB about
 # as fast as 1 KiB on shared memory; 8 KiB takes twice as long)
 _PACKET_BYTES = 4096
-_INLINE_BYTES = _PACKET_BYTES - _HEADER_BYTES
+_INLINE_BYTES = _PACKET_BYTES - HEADER_BYTES
 _KNOWN_SHAPE_FIX = ("every rank must pass an array of the root's shape and dtype (or use "
                     "shape_known=False)")
 
@@ -87,11 +96,11 @@ def broadcast(x, root=0, *, shape_known=False, ctx):
 def _root_call(x, ctx, name, root):
     """Resolve the root's input and describe it in the context's packet.
 
-    Returns the call and whether its data rides inline in the packet (small
-    host data). On bad input the root tells the other ranks (they raise
-    too), then raises.
+    Returns the call and, when its data rides inline in the packet (small
+    host data), where the data starts there (else None). On bad input the
+    root tells the other ranks (they raise too), then raises.
     """
-    packet = _packet_of(ctx)
+    packet = ctx._packet or _packet_of(ctx)
     try:
         if x is None:
             raise InvalidArgumentError(
@@ -100,22 +109,20 @@ def _root_call(x, ctx, name, root):
         call = resolve(x, ctx, name)
         data = call.data
         inline = call.kind != DEVICE_DIRECT and data.nbytes <= _INLINE_BYTES
-        pack_header(packet, OK, data, call.kind, call.scalar_code, inline)
+        offset = pack_header(packet, OK, data, call.kind, call.scalar_code, inline)
     except (TypeError, ValueError):
         pack_header(packet, NO_INPUT if x is None else BAD_INPUT)
         if ctx.size > 1:
             ctx._private_comm.Bcast(packet, root=root)
         raise
-    return call, inline
+    return call, offset if inline else None
 
 
 def _packet_of(ctx):
     """The context's reusable packet: a header and, for small arrays, their bytes."""
-    packet = ctx._packet
-    if packet is None:
-        packet = ctx._packet = np.zeros(_PACKET_BYTES, dtype=np.uint8)
-        ctx._packet_view = memoryview(packet)
-    return packet
+    if ctx._packet is None:
+        ctx._packet = memoryview(bytearray(_PACKET_BYTES))
+    return ctx._packet
 
 
 def _describe_input(x):
@@ -128,15 +135,15 @@ def _describe_input(x):
 def _broadcast_root(x, root, ctx):
     if ctx.check:  # before the root validates: its error path must meet the same calls
         agree(ctx, "broadcast", _describe_input(x), f"root={root}")
-    call, inline = _root_call(x, ctx, "broadcast", root)
+    call, inline_at = _root_call(x, ctx, "broadcast", root)
     data = call.data
     start = ctx._begin("broadcast", call, root)
     if ctx.size > 1:
         packet = ctx._packet
-        if inline:  # (tobytes and a memoryview copy are the cheapest way for a few bytes)
-            ctx._packet_view[_HEADER_BYTES:_HEADER_BYTES + data.nbytes] = data.tobytes()
+        if inline_at is not None:
+            write_inline(packet, inline_at, data)
         ctx._private_comm.Bcast(packet, root)
-        if not inline:
+        if inline_at is None:
             ctx.comm.Bcast(call.spec, root)
     ctx._end("broadcast", start, data.nbytes, 0)
     return x
@@ -153,19 +160,17 @@ def _raise_root_failure(status, root, name):
 
 
 def _broadcast_receive(x, root, ctx):
-    packet = _packet_of(ctx)
+    packet = ctx._packet or _packet_of(ctx)
     if ctx.check:
         agree(ctx, "broadcast", None if x is None else describe(x), f"root={root}")
     start = ctx._begin("broadcast", x, root)
     ctx._private_comm.Bcast(packet, root)
-    status, shape, dtype, kind, scalar_type, inline = unpack_header(packet)
-    if (inline and type(x) is np.ndarray and x.shape == shape and x.dtype == dtype
-            and dtype in PREDEFINED_DATATYPES and x.flags.c_contiguous and status == OK):
+    status, shape, dtype, kind, scalar_type, inline, offset = unpack_header(packet)
+    if (inline and type(x) is np.ndarray and x.shape == shape and x.dtype is dtype
+            and x.flags.c_contiguous and status == OK):
         # the common case, kept short: small data into the receiver's own array
-        nbytes = x.nbytes
-        if nbytes:
-            memoryview(x).cast("B")[:] = ctx._packet_view[_HEADER_BYTES:_HEADER_BYTES + nbytes]
-        ctx._end("broadcast", start, 0, nbytes)
+        read_inline(packet, offset, x)
+        ctx._end("broadcast", start, 0, x.nbytes)
         return x
     if status != OK:
         ctx._end("broadcast", start, 0, 0)
@@ -179,19 +184,15 @@ def _broadcast_receive(x, root, ctx):
         ctx._end("broadcast", start, 0, nbytes)
         raise
     data = call.data
-    nbytes = data.nbytes
     if not inline:
         ctx.comm.Bcast(call.spec, root)
-    elif nbytes:
-        if call.spec[0] is data and call.on_host:  # a plain dtype: a memoryview copy is cheapest
-            memoryview(data).cast("B")[:] = ctx._packet_view[_HEADER_BYTES:_HEADER_BYTES + nbytes]
-        elif call.on_host:  # bfloat16 has no buffer-protocol format: copy through NumPy
-            data.reshape(-1).view(np.uint8)[...] = packet[_HEADER_BYTES:_HEADER_BYTES + nbytes]
-        else:  # a direct device array: through the host
-            host = np.empty(shape, dtype=dtype)
-            host.reshape(-1).view(np.uint8)[...] = packet[_HEADER_BYTES:_HEADER_BYTES + nbytes]
-            call.backend.from_host(host, out=data)
-    ctx._end("broadcast", start, 0, nbytes)
+    elif call.on_host:
+        read_inline(packet, offset, data)
+    else:  # a direct device array: through the host
+        host = np.empty(shape, dtype=dtype)
+        read_inline(packet, offset, host)
+        call.backend.from_host(host, out=data)
+    ctx._end("broadcast", start, 0, data.nbytes)
     return x if x is not None and call.target is None else call.hand_back()
 
 
@@ -333,8 +334,10 @@ def allgather(x, axis=0, *, counts=None, ctx):
         data, axis = _rows_first(call, axis, "allgather")
     rows = data.shape[0]
     # every count equal to this rank's rows (the common case: an equal split) needs no more
+    # (list.count also finds True for 1 and False for 0: for those rows the types must be int)
     equal = (counts is not None and type(counts) is list and len(counts) == ctx.size
-             and counts.count(rows) == ctx.size)
+             and counts.count(rows) == ctx.size
+             and (rows > 1 or [*map(type, counts)].count(int) == ctx.size))
     if counts is not None and not equal:
         counts = gather_counts(counts, rows, axis, ctx, "allgather")
     if ctx.check:

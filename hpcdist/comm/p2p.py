@@ -14,14 +14,19 @@ import math
 import numpy as np
 
 from ..exceptions import CollectiveMismatchError, InvalidArgumentError, InvalidArgumentTypeError
-from .calls import describe, describe_shape, refuse_read_only, resolve, resolve_receiver
-from .dtypes import PREDEFINED_DATATYPES
-from .headers import HEADER_BYTES, OK, pack_header, unpack_header
+from .calls import (
+    DEVICE_DIRECT,
+    describe,
+    describe_shape,
+    refuse_read_only,
+    resolve,
+    resolve_receiver,
+)
+from .headers import HEADER_BYTES, OK, pack_header, read_inline, unpack_header, write_inline
 from .mpi import MPI
 from .requests import Request
 
 __all__ = ["send", "recv", "isend", "irecv", "ANY_SOURCE", "ANY_TAG"]
-
 
 
 class _Wildcard:
@@ -42,21 +47,20 @@ class _Wildcard:
 
 ANY_SOURCE = _Wildcard("ANY_SOURCE")
 ANY_TAG = _Wildcard("ANY_TAG")
-_HEADER_BYTES = HEADER_BYTES
 _INLINE_BYTES = 4096  # measured: 64 KiB inline cost 1.5 us more per 16-64 KiB call
-_FIRST_BYTES = _HEADER_BYTES + _INLINE_BYTES  # the largest first message
+_FIRST_BYTES = HEADER_BYTES + _INLINE_BYTES  # the largest first message
+_MAX_TAG = 32767  # the least upper bound MPI guarantees
 
 
 class _Packets:
     """A context's reusable buffers for blocking self-describing messages: the first
     message (header and inline data) sent and received, and a status."""
 
-    __slots__ = ("send", "send_view", "receive", "receive_view", "status")
+    __slots__ = ("send", "receive", "status")
 
     def __init__(self):
-        self.send = np.zeros(_FIRST_BYTES, dtype=np.uint8)
-        self.receive = np.zeros(_FIRST_BYTES, dtype=np.uint8)
-        self.send_view, self.receive_view = memoryview(self.send), memoryview(self.receive)
+        self.send = memoryview(bytearray(_FIRST_BYTES))
+        self.receive = memoryview(bytearray(_FIRST_BYTES))
         self.status = MPI.Status()
 
 
@@ -68,6 +72,7 @@ def _packets_of(ctx):
 
 
 def _check_peer(peer, ctx, name, argument):
+    """``peer`` as an int, or raise naming it when it is not a rank of ``ctx``."""
     if isinstance(peer, (int, np.integer)) and 0 <= peer < ctx.size:
         return int(peer)
     raise InvalidArgumentError(f"{name}: {argument}={peer!r} is not a rank of this context; "
@@ -75,22 +80,19 @@ def _check_peer(peer, ctx, name, argument):
 
 
 def _check_tag(tag, name):
-    if isinstance(tag, (int, np.integer)) and 0 <= tag <= 32767:
+    """``tag`` as an int, or raise naming it when MPI does not take it."""
+    if isinstance(tag, (int, np.integer)) and 0 <= tag <= _MAX_TAG:
         return int(tag)
-    raise InvalidArgumentError(f"{name}: tag={tag!r} should be an integer in 0..32767")
+    raise InvalidArgumentError(f"{name}: tag={tag!r} should be an integer in 0..{_MAX_TAG}")
 
 
-def _outgoing(x, ctx, name):
-    """The message(s) carrying ``x``: (first message bytes, data call or None, nbytes)."""
-    call = resolve(x, ctx, name, slot=None)
+def _pack_first(buffer, call):
+    """Pack ``call``'s first message into ``buffer``: its header and, for small host
+    data, the data. Returns the message's length and whether the data rode inline."""
     data = call.data
-    inline = call.on_host and data.nbytes <= _INLINE_BYTES
-    first = np.zeros(_HEADER_BYTES + (data.nbytes if inline else 0), dtype=np.uint8)
-    pack_header(first, OK, data, call.kind, call.scalar_code, inline)
-    if inline:
-        first[_HEADER_BYTES:] = data.reshape(-1).view(np.uint8)
-        return first, None, data.nbytes
-    return first, call, data.nbytes
+    inline = call.kind != DEVICE_DIRECT and data.nbytes <= _INLINE_BYTES
+    end = pack_header(buffer, OK, data, call.kind, call.scalar_code, inline)
+    return (write_inline(buffer, end, data) if inline else end), inline
 
 
 #: what a ``shape_known=True`` sender and receiver pass
@@ -114,8 +116,10 @@ def send(x, dest, tag=0, *, shape_known=False, ctx):
         the receiver verifies the promise.
     ctx : Context
     """
-    dest = _check_peer(dest, ctx, "send", "dest")
-    tag = _check_tag(tag, "send")
+    if type(dest) is not int or not 0 <= dest < ctx.size:
+        dest = _check_peer(dest, ctx, "send", "dest")
+    if type(tag) is not int or not 0 <= tag <= _MAX_TAG:
+        tag = _check_tag(tag, "send")
     if shape_known and not ctx.check:
         call = resolve(x, ctx, "send", slot=None, array_fix=_SEND_FIX)
         start = ctx._begin("send", call, dest)
@@ -125,25 +129,15 @@ def send(x, dest, tag=0, *, shape_known=False, ctx):
             ctx._end("send", start, call.data.nbytes, 0)
         return
     call = resolve(x, ctx, "send")
-    data = call.data
-    nbytes = data.nbytes
-    inline = call.on_host and nbytes <= _INLINE_BYTES
-    packets = ctx._p2p_packets or _packets_of(ctx)
-    pack_header(packets.send, OK, data, call.kind, call.scalar_code, inline)
-    length = _HEADER_BYTES
-    if inline and nbytes:
-        length += nbytes
-        if call.spec[0] is data:  # a dtype with a buffer format: a memoryview copy
-            packets.send_view[_HEADER_BYTES:length] = memoryview(data).cast("B")
-        else:  # a 16-bit float: through NumPy
-            packets.send[_HEADER_BYTES:length] = data.reshape(-1).view(np.uint8)
+    packet = (ctx._p2p_packets or _packets_of(ctx)).send
+    length, inline = _pack_first(packet, call)
     start = ctx._begin("send", call, dest)
     try:
-        ctx.comm.Send(packets.send_view[:length], dest, tag)
+        ctx.comm.Send(packet[:length], dest, tag)
         if not inline:
             ctx.comm.Send(call.spec, dest, tag)
     finally:
-        ctx._end("send", start, nbytes, 0)
+        ctx._end("send", start, call.data.nbytes, 0)
 
 
 def isend(x, dest, tag=0, *, shape_known=False, ctx):
@@ -151,41 +145,43 @@ def isend(x, dest, tag=0, *, shape_known=False, ctx):
 
     ``shape_known`` as for :func:`send`.
     """
-    dest = _check_peer(dest, ctx, "isend", "dest")
-    tag = _check_tag(tag, "isend")
+    if type(dest) is not int or not 0 <= dest < ctx.size:
+        dest = _check_peer(dest, ctx, "isend", "dest")
+    if type(tag) is not int or not 0 <= tag <= _MAX_TAG:
+        tag = _check_tag(tag, "isend")
     if shape_known and not ctx.check:
         call = resolve(x, ctx, "isend", slot=None, array_fix=_SEND_FIX)
         return Request(ctx, "isend", [ctx.comm.Isend(call.spec, dest, tag)],
                        lambda: call and None, (call.data.nbytes, 0))
-    first, call, nbytes = _outgoing(x, ctx, "isend")
-    requests = [ctx.comm.Isend(first, dest, tag)]
-    if call is not None:
+    call = resolve(x, ctx, "isend", slot=None)
+    first = memoryview(bytearray(_FIRST_BYTES))  # the message's own: it is in flight
+    length, inline = _pack_first(first, call)
+    requests = [ctx.comm.Isend(first[:length], dest, tag)]
+    if not inline:
         requests.append(ctx.comm.Isend(call.spec, dest, tag))
     keep_alive = (first, call)
-    return Request(ctx, "isend", requests, lambda: keep_alive and None, (nbytes, 0))
+    return Request(ctx, "isend", requests, lambda: keep_alive and None, (call.data.nbytes, 0))
 
 
 def _receive_matched(message, status, out, ctx, name, shape_known=False):
     """Receive a matched first ``message`` and what follows it; returns (result, nbytes)."""
-    first = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
+    first = memoryview(bytearray(status.Get_count(MPI.BYTE)))
     message.Recv(first)
-    return _finish_receive(first, memoryview(first), status, out, ctx, name, shape_known)
+    return _finish_receive(first, status, out, ctx, name, shape_known)
 
 
-def _finish_receive(first, first_view, status, out, ctx, name, shape_known=False):
-    """Unpack a received first message (``first``, also as ``first_view``), place its
-    inline data or receive the data message that follows it; returns (result, nbytes).
+def _finish_receive(first, status, out, ctx, name, shape_known=False):
+    """Unpack a received ``first`` message (a memoryview), place its inline data or
+    receive the data message that follows it; returns (result, nbytes).
 
     ``shape_known`` (check mode): the sender promised ``out``'s shape and dtype.
     """
-    _, shape, dtype, kind, scalar_type, inline = unpack_header(first)
+    _, shape, dtype, kind, scalar_type, inline, offset = unpack_header(first)
     if (inline and not shape_known and type(out) is np.ndarray and out.shape == shape
-            and out.dtype == dtype and dtype in PREDEFINED_DATATYPES and out.flags.c_contiguous):
+            and out.dtype is dtype and out.flags.c_contiguous):
         # the common case, kept short: small data into the receiver's own array
-        nbytes = out.nbytes
-        if nbytes:
-            memoryview(out).cast("B")[:] = first_view[_HEADER_BYTES:_HEADER_BYTES + nbytes]
-        return out, nbytes
+        read_inline(first, offset, out)
+        return out, out.nbytes
     source, tag = status.Get_source(), status.Get_tag()
     nbytes = math.prod(shape) * dtype.itemsize
     try:
@@ -196,14 +192,13 @@ def _finish_receive(first, first_view, status, out, ctx, name, shape_known=False
         if not inline:  # drain the data message so it cannot be mistaken for a later one
             ctx.comm.Recv(np.empty(nbytes, dtype=np.uint8), source, tag)
         raise
-    inline_bytes = first[_HEADER_BYTES:_HEADER_BYTES + nbytes]
     if not inline:
         ctx.comm.Recv(call.spec, source, tag)
     elif call.on_host:
-        call.data.reshape(-1).view(np.uint8)[...] = inline_bytes
+        read_inline(first, offset, call.data)
     else:  # a direct device array: through the host
         host = np.empty(shape, dtype=dtype)
-        host.reshape(-1).view(np.uint8)[...] = inline_bytes
+        read_inline(first, offset, host)
         call.backend.from_host(host, out=call.data)
     return (out if out is not None and call.target is None else call.hand_back()), nbytes
 
@@ -222,13 +217,15 @@ def _check_promise(out, shape, dtype, ctx, name, source):
 
 def _matching(source, tag, ctx, name):
     """MPI's ``(source, tag)`` for a receive: wildcards translated, the rest checked."""
-    if source is ANY_SOURCE or source == MPI.ANY_SOURCE:
+    if type(source) is int and 0 <= source < ctx.size:
+        pass  # the common case first
+    elif source is ANY_SOURCE or source == MPI.ANY_SOURCE:
         source = MPI.ANY_SOURCE
     else:
         source = _check_peer(source, ctx, name, "source")
     if tag is ANY_TAG or tag == MPI.ANY_TAG:
         tag = MPI.ANY_TAG
-    else:
+    elif type(tag) is not int or not 0 <= tag <= _MAX_TAG:
         tag = _check_tag(tag, name)
     return source, tag
 
@@ -269,8 +266,8 @@ def recv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, shape_known=False, ctx):
     try:
         # the first message is at most _FIRST_BYTES: received straight into the packet
         ctx.comm.Recv(packets.receive, source, tag, packets.status)
-        result, nbytes = _finish_receive(packets.receive, packets.receive_view, packets.status,
-                                         out, ctx, "recv", shape_known)
+        result, nbytes = _finish_receive(packets.receive, packets.status, out, ctx, "recv",
+                                         shape_known)
     finally:
         ctx._end("recv", start, 0, nbytes)
     return result

@@ -7,7 +7,7 @@ import numpy as np
 from .._partition import balanced_counts, validate_counts
 from ..exceptions import InvalidArgumentError
 from .algorithms import ALGORITHMS
-from .calls import DEVICE_DIRECT, resolve
+from .calls import DEVICE_DIRECT, HOST, resolve
 from .checks import agree
 from .mpi import MPI
 from .ops import reduction_of
@@ -65,7 +65,10 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx):
     if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise InvalidArgumentError(f"allreduce: algorithm={algorithm!r} is unknown; use one of "
                                    f"{', '.join(map(repr, _ALGORITHM_NAMES))}")
-    result, in_place = call.output_for(x, out, "allreduce")
+    if out is None and call.kind == HOST:
+        result, in_place = np.empty(data.shape, data.dtype), False
+    else:
+        result, in_place = call.output_for(x, out, "allreduce")
     if ctx.check:
         agree(ctx, "allreduce", call.describe(), f"op={op}", f"algorithm={algorithm}")
     start = ctx._begin("allreduce", call)
@@ -74,14 +77,16 @@ def allreduce(x, op="sum", *, out=None, algorithm="auto", ctx):
         if not in_place:
             call.copy_into(result, data)
     elif algorithm == "auto":
-        ctx.comm.Allreduce(MPI.IN_PLACE if in_place else call.spec, call.spec_of(result),
+        spec = call.spec
+        ctx.comm.Allreduce(MPI.IN_PLACE if in_place else spec,
+                           (result, spec[1]) if spec[0] is data else call.spec_of(result),
                            mpi_operation)
     else:
         _explicit_allreduce(ctx, call, data, result, op, algorithm)
     if mean and size > 1:
         _divide_for_mean(result, call, size)
     ctx._end("allreduce", start, data.nbytes, data.nbytes)
-    return call.deliver(result, out)
+    return result if call.kind == HOST and out is None else call.deliver(result, out)
 
 
 def _explicit_allreduce(ctx, call, data, result, op, algorithm):

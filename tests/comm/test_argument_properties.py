@@ -88,6 +88,13 @@ def test_allreduce_out_is_used_or_refused_by_name(solo, shape, dtype, out_shape,
     np.testing.assert_array_equal(out, before)  # a refused out is left untouched
 
 
+@pytest.mark.parametrize("rows, counts", [(1, [True]), (0, [False])])
+def test_allgather_refuses_booleans_equal_to_its_rows(solo, rows, counts):
+    # True == 1 and False == 0: the equal-split shortcut must not take them as counts
+    with pytest.raises(ValueError, match=r"^allgather: counts"):
+        hpcdist.allgather(np.ones((rows, 2)), counts=counts)
+
+
 @PROPERTY_SETTINGS
 @given(rows=st.integers(0, 6), counts=st.lists(count_values, max_size=2),
        collective=st.sampled_from(["scatter", "alltoall", "reduce_scatter", "allgather"]))

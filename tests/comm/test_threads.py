@@ -1,8 +1,10 @@
 """Thread hygiene: ranks x threads stays within the node's cores."""
 
+import ctypes
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -95,3 +97,21 @@ def test_oversubscribed_ranks_get_one_blas_thread_each():
                                capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.count("ok") == 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timer slack is Linux's")
+def test_precise_short_sleeps_sets_the_calling_threads_timer_slack_only():
+    libc = ctypes.CDLL(None)
+    get_timer_slack = 30  # PR_GET_TIMERSLACK
+    before = libc.prctl(get_timer_slack, 0, 0, 0, 0)
+    seen = []
+
+    def polling_thread():
+        threads.precise_short_sleeps()
+        seen.append(libc.prctl(get_timer_slack, 0, 0, 0, 0))
+
+    worker = threading.Thread(target=polling_thread)
+    worker.start()
+    worker.join()
+    assert seen == [1000]  # nanoseconds
+    assert libc.prctl(get_timer_slack, 0, 0, 0, 0) == before  # this thread keeps its own

@@ -21,8 +21,16 @@ from hpcdist.ml.forest._level_kernels import (
     partition_nodes,
 )
 from hpcdist.ml.forest._predict_kernels import forest_mean_values
-from hpcdist.ml.forest._split_kernels import CRITERIA, SplitSettings
-from hpcdist.ml.forest._subtree_kernels import SubtreeNodes, SubtreeTasks, grow_subtrees
+from hpcdist.ml.forest._split_kernels import CRITERIA, SplitSettings, compact_histogram
+from hpcdist.ml.forest._subtree_kernels import (
+    TRACKED_ROWS,
+    SubtreeNodes,
+    SubtreeTasks,
+    _chunk_histograms,
+    _clear_range,
+    _copy_rows,
+    grow_subtrees,
+)
 
 
 def _settings(n_bins, channels, criterion, max_features=1, max_depth=100, min_split=2,
@@ -201,6 +209,33 @@ def test_grow_subtrees_separable_data():
     assert right[0] == 2
     np.testing.assert_array_equal(stats[:3], [[4, 5], [4, 0], [0, 5]])
     assert decrease[0] == pytest.approx(9 - (16 + 25) / 9)  # W * gini of the root
+
+
+@pytest.mark.parametrize("n_rows", [TRACKED_ROWS - 1, TRACKED_ROWS, 3 * TRACKED_ROWS])
+def test_chunk_histograms_of_small_and_large_nodes_match_numpy(n_rows):
+    """Both branches (ranges tracked below TRACKED_ROWS rows, every bin from there up)
+    give each feature's occupied bins and class counts, and leave the histograms zero."""
+    rng = np.random.default_rng(n_rows)
+    max_bins, D, n_features = 64, 3, 7
+    Xb = rng.integers(5, 40, size=(n_rows, n_features)).astype(np.uint8)  # bins 0-4 unused
+    target = rng.integers(0, D, size=n_rows).astype(np.int64)
+    weights = rng.integers(1, 4, size=n_rows).astype(np.uint8)
+    own = _copy_rows(Xb, target, np.arange(n_rows, dtype=np.int64), weights, 0, n_rows)
+    chunk = np.array([6, 0, 3], dtype=np.int64)
+    hist = np.zeros(len(chunk) * max_bins * D, dtype=np.int64)
+    lows, highs = np.empty(len(chunk), np.int64), np.empty(len(chunk), np.int64)
+    _chunk_histograms(own, 0, n_rows, chunk, len(chunk), max_bins, D, False, hist, lows, highs)
+    for s, f in enumerate(chunk):
+        expected = np.zeros((max_bins, D), dtype=np.int64)
+        np.add.at(expected, (Xb[:, f], target), weights)
+        occupied = np.flatnonzero(expected.any(axis=1))
+        cbins, cstats = np.empty(max_bins, np.int64), np.empty((max_bins, D), np.int64)
+        start = s * max_bins * D
+        k = compact_histogram(hist, start, lows[s], highs[s], D, False, cbins, cstats)
+        np.testing.assert_array_equal(cbins[:k], occupied)
+        np.testing.assert_array_equal(cstats[:k], expected[occupied])
+        _clear_range(hist, start, lows[s], highs[s], D)
+    assert not hist.any()
 
 
 def test_forest_mean_values_traverses_every_tree():

@@ -145,3 +145,18 @@ def test_argument_errors_are_public_hpcdist_errors(solo):
     for error_type, call in cases:
         with pytest.raises(error_type):
             call()
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: hpcdist.broadcast(x, root=False),
+    lambda x: hpcdist.reduce(x, root=False),
+    lambda x: hpcdist.isend(x, dest=False),
+    lambda x: hpcdist.isend(x, 0, tag=False),
+    lambda x: hpcdist.irecv(source=False),
+    lambda x: hpcdist.irecv(0, tag=True),
+], ids=["broadcast root", "reduce root", "isend dest", "isend tag", "irecv source",
+        "irecv tag"])
+def test_booleans_are_not_ranks_or_tags(solo, call):
+    # False == 0 and True == 1, but a bool where a rank or tag belongs is a bug upstream
+    with pytest.raises(InvalidArgumentError, match=r"(root|dest|source|tag)=(False|True)"):
+        call(np.ones(3))

@@ -27,8 +27,9 @@ def test_quick_run_reports_every_scenario_and_mode(tmp_path):
         for row in rows:
             assert row["steps_per_second"] > 0 and 0 <= row["accuracy"] <= 1
             assert len(row["steps_per_rank"]) == int(ranks) and min(row["steps_per_rank"]) > 0
-            if row["mode"] == "sync":  # every round waits for every worker; a rank whose
-                # time is up while another starts one more round lets that round go on alone
+            if row["mode"] == "sync":  # every round waits for every worker; a rank past the
+                # common deadline while another starts one more round lets that round go on
+                # alone (CI once saw [71, 69] when each rank timed itself from the barrier)
                 assert row["max_staleness"] == 0
                 assert max(row["steps_per_rank"]) - min(row["steps_per_rank"]) <= 1
     assert set(report["summary"]) == {"1 ranks, constant", "1 ranks, intermittent",

@@ -1,19 +1,23 @@
 """``DistributedOptimizer``: any torch optimizer, with gradients averaged over the ranks.
 
-As the backward pass produces gradients, hooks copy them into flat buckets
-(in backward order) and start a nonblocking allreduce of each bucket as soon
-as it is full, so communication overlaps the rest of the backward pass;
-``step()`` waits for the buckets and then steps. Each parameter's ``grad``
-becomes a view into its bucket, so after ``synchronize()`` it holds the
-average.
+As the backward pass produces gradients, hooks put them into buckets (in
+backward order) and start a nonblocking allreduce of each bucket as soon as
+it is full, so communication overlaps the rest of the backward pass;
+``step()`` waits for the buckets and then steps. A gradient of at least
+``DIRECT_BYTES`` is a bucket of its own and is reduced in its own memory
+(no copy: a copy of the 784-1024-1024-10 network's gradients cost 1.8-2.5 ms
+of a 14-18 ms backward pass here); smaller ones are copied into flat buckets
+and each such parameter's ``grad`` becomes a view into its bucket. After
+``synchronize()`` every ``grad`` holds the average.
 """
 
 import contextlib
 
 import torch
 
-from ..comm import iallreduce, resolve_context
+from ..comm import allreduce, iallreduce, resolve_context
 from ..comm.agreement import agree_config, described_layouts
+from ..comm.background import CommunicationThread
 from ..comm.tensors import tensor_view
 from ..compression import compressed_allreduce
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, InvalidStateError
@@ -21,6 +25,7 @@ from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, Invalid
 __all__ = ["DistributedOptimizer"]
 
 _MEBIBYTE = 1024 * 1024
+DIRECT_BYTES = _MEBIBYTE  # gradients this large are reduced where autograd left them
 _OPS = ("mean", "sum")
 
 
@@ -30,6 +35,8 @@ class _Bucket:
     def __init__(self, index, parameters):
         self.index = index
         self.parameters = parameters
+        self.ready = set()
+        self.request = None
         first = parameters[0]
         self.flat = torch.zeros(sum(p.numel() for p in parameters), dtype=first.dtype,
                                 device=first.device)
@@ -38,8 +45,6 @@ class _Bucket:
         for parameter in parameters:
             self.views.append(self.flat[offset:offset + parameter.numel()].view_as(parameter))
             offset += parameter.numel()
-        self.ready = set()
-        self.request = None
 
     def take(self, position):
         """Make the parameter's ``grad`` its view of the bucket (copying the values in)."""
@@ -54,28 +59,57 @@ class _Bucket:
         parameter.grad = view
 
 
+class _DirectBucket:
+    """One large parameter whose gradient is reduced in its own memory."""
+
+    def __init__(self, index, parameter):
+        self.index = index
+        self.parameters = [parameter]
+        self.ready = set()
+        self.request = None
+        self.array = None  # the gradient's memory, set by take
+
+    def take(self, position):
+        """Reduce the parameter's ``grad`` where it is (a zero one if it has none; a
+        contiguous copy if autograd left it strided)."""
+        parameter = self.parameters[position]
+        if parameter.grad is None:
+            parameter.grad = torch.zeros_like(parameter, memory_format=torch.contiguous_format)
+        elif not parameter.grad.is_contiguous():
+            parameter.grad = parameter.grad.contiguous()
+        self.array = tensor_view(parameter.grad)
+
+
 def _buckets(parameters, bucket_bytes):
-    """Reverse registration order (about backward order); one dtype and device per bucket."""
+    """Reverse registration order (about backward order); one dtype and device per bucket;
+    a parameter of ``DIRECT_BYTES`` or more alone, in its own memory."""
     groups, current, size, kind = [], [], 0, None
     for parameter in reversed(parameters):
         nbytes = parameter.numel() * parameter.element_size()
         this_kind = (parameter.dtype, parameter.device)
-        if current and (this_kind != kind or size + nbytes > bucket_bytes):
+        if current and (this_kind != kind or size + nbytes > bucket_bytes
+                        or nbytes >= DIRECT_BYTES):
             groups.append(current)
             current, size = [], 0
+        if nbytes >= DIRECT_BYTES:
+            groups.append(parameter)
+            continue
         current.append(parameter)
         size += nbytes
         kind = this_kind
     if current:
         groups.append(current)
-    return [_Bucket(index, group) for index, group in enumerate(groups)]
+    return [_DirectBucket(index, group) if isinstance(group, torch.Tensor) else
+            _Bucket(index, group) for index, group in enumerate(groups)]
 
 
 class _DistributedOptimizer:
     """The methods mixed into the user's optimizer class (see :func:`DistributedOptimizer`)."""
 
-    def _setup(self, named, backward_passes_per_step, compression, op, bucket_size_mb, ctx):
+    def _setup(self, named, backward_passes_per_step, compression, op, bucket_size_mb,
+               progress_thread, ctx):
         self._ctx = ctx
+        self._thread = ctx.communication_thread() if progress_thread and ctx.size > 1 else None
         self.backward_passes_per_step = backward_passes_per_step
         self._op = op
         self._compression = compression
@@ -109,14 +143,20 @@ class _DistributedOptimizer:
                and len(self._buckets[self._next_launch].ready)
                == len(self._buckets[self._next_launch].parameters)):
             self._launch(self._buckets[self._next_launch])
-        for pending in self._in_flight:  # give the MPI library a chance to progress
-            if not pending.request.test():
-                break
+        if self._thread is None:
+            for pending in self._in_flight:  # give the MPI library a chance to progress
+                if not pending.request.test():
+                    break
 
     def _launch(self, bucket):
         self._next_launch += 1
         if self._compression is None:
-            bucket.request = iallreduce(bucket.array, self._op, out=bucket.array, ctx=self._ctx)
+            if self._thread is None:
+                bucket.request = iallreduce(bucket.array, self._op, out=bucket.array,
+                                            ctx=self._ctx)
+            else:
+                bucket.request = self._thread.submit(allreduce, bucket.array, self._op,
+                                                     out=bucket.array, ctx=self._thread.ctx)
             self._in_flight.append(bucket)
             return
         reduced = compressed_allreduce(bucket.array, self._compression,
@@ -134,7 +174,10 @@ class _DistributedOptimizer:
                     bucket.take(position)
                 self._launch(bucket)
             for bucket in self._in_flight:
-                bucket.request.wait()
+                if self._thread is None:
+                    bucket.request.wait()
+                else:
+                    bucket.request.result()
                 bucket.request = None
         for bucket in self._buckets:
             bucket.ready.clear()
@@ -161,7 +204,8 @@ class _DistributedOptimizer:
 
 
 def DistributedOptimizer(optimizer, named_parameters, *, backward_passes_per_step=1,
-                         compression=None, op="mean", bucket_size_mb=25.0, ctx=None):
+                         compression=None, op="mean", bucket_size_mb=25.0,
+                         progress_thread=None, ctx=None):
     """Wrap a torch optimizer so that ``step()`` uses gradients averaged over the ranks.
 
     The result is an instance of a subclass of ``optimizer``'s class sharing
@@ -182,6 +226,13 @@ def DistributedOptimizer(optimizer, named_parameters, *, backward_passes_per_ste
     op : {"mean", "sum"}, default="mean"
     bucket_size_mb : float, default=25.0
         Capacity of a gradient bucket in MiB.
+    progress_thread : bool, optional
+        Reduce the buckets on the context's communication thread (a blocking
+        allreduce each, which the MPI library progresses while the backward
+        pass computes), as :class:`hpcdist.parallel.DistributedDataParallel`
+        does. Default: on when the MPI library runs with
+        ``MPI_THREAD_MULTIPLE``. Off, each bucket is a nonblocking allreduce
+        that the gradient hooks test.
     ctx : Context, optional
 
     Returns
@@ -220,14 +271,17 @@ def DistributedOptimizer(optimizer, named_parameters, *, backward_passes_per_ste
         raise InvalidArgumentError(
             "DistributedOptimizer: a parameter appears twice in named_parameters")
     ctx = resolve_context(ctx)
+    if progress_thread is None:
+        progress_thread = CommunicationThread.available()
     agree_config(ctx, "DistributedOptimizer", {
         **described_layouts(named), "backward_passes_per_step": backward_passes_per_step, "op": op,
-        "compression": compression, "bucket_size_mb": float(bucket_size_mb)},
+        "compression": compression, "bucket_size_mb": float(bucket_size_mb),
+        "progress_thread": bool(progress_thread)},
         fix="every rank must build the same model and wrap its optimizer the same way")
     cls = type(f"Distributed{type(optimizer).__name__}",
                (_DistributedOptimizer, type(optimizer)), {})
     distributed = cls.__new__(cls)
     distributed.__dict__.update(optimizer.__dict__)
     distributed._setup(named, backward_passes_per_step, compression, op,
-                       float(bucket_size_mb), ctx)
+                       float(bucket_size_mb), bool(progress_thread), ctx)
     return distributed

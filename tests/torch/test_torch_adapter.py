@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch", reason="the torch extra is not installed")
 import hpcdist  # noqa: E402
 import hpcdist.torch as hvd  # noqa: E402
 from hpcdist.compression import FP16Compressor  # noqa: E402
+from hpcdist.torch import optimizer as optimizer_module  # noqa: E402
 from tests.helpers import all_ranks, assert_on_all_ranks, expect_error, mpi_twin  # noqa: E402
 
 GLOBAL_BATCH = 12  # divisible by 1, 2, 3 and 4 ranks
@@ -46,17 +47,29 @@ def _same_parameters(a, b, rtol):
                                    err_msg=name)
 
 
+@pytest.fixture(params=["bucketed", "direct"])
+def direct(request, monkeypatch):
+    """Whether every gradient is reduced in its own memory (``DIRECT_BYTES`` lowered to
+    one byte, as a gradient of 1 MiB or more is) or copied into flat buckets."""
+    if request.param == "direct":
+        monkeypatch.setattr(optimizer_module, "DIRECT_BYTES", 1)
+    return request.param == "direct"
+
+
 @pytest.mark.parametrize("make_optimizer", [
     lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
     lambda params: torch.optim.Adam(params, lr=0.01)], ids=["sgd-momentum", "adam"])
 @pytest.mark.parametrize("bucket_size_mb", [25.0, 1e-4])
-def test_trains_like_one_process_on_the_whole_batch(ctx, make_optimizer, bucket_size_mb):
+@pytest.mark.parametrize("progress_thread", [False, True], ids=["tested", "thread"])
+def test_trains_like_one_process_on_the_whole_batch(ctx, make_optimizer, bucket_size_mb,
+                                                    progress_thread, direct):
     reference = _model()
     _train(reference, make_optimizer(reference.parameters()), [_batch(s) for s in range(3)])
     model = _model()
     optimizer = hvd.DistributedOptimizer(make_optimizer(model.parameters()),
                                          model.named_parameters(),
-                                         bucket_size_mb=bucket_size_mb, ctx=ctx)
+                                         bucket_size_mb=bucket_size_mb,
+                                         progress_thread=progress_thread, ctx=ctx)
     assert isinstance(optimizer, torch.optim.Optimizer)
     _train(model, optimizer, [_batch(s, ctx.rank, ctx.size) for s in range(3)])
     with all_ranks("parameters"):
@@ -67,7 +80,39 @@ test_trains_like_one_process_on_the_whole_batch_mpi = mpi_twin(
     test_trains_like_one_process_on_the_whole_batch)
 
 
-def test_accumulates_backward_passes_before_averaging(ctx):
+def test_large_gradients_are_averaged_where_autograd_left_them(ctx):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 256), torch.nn.Tanh(),
+                                torch.nn.Linear(256, 2)).double()  # 1 MiB of weights first
+    big, small = model[0].weight, model[2].weight
+    produced, mine = {}, {}  # where autograd put each gradient, and its values, seen by
+
+    def seen(p):  # hooks that run before the optimizer's
+        produced[id(p)], mine[id(p)] = p.grad.data_ptr(), p.grad.clone()
+
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(seen)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         model.named_parameters(), ctx=ctx)
+    X = torch.randn(4, 512, generator=torch.Generator().manual_seed(ctx.rank),
+                    dtype=torch.float64)
+    optimizer.zero_grad()
+    model(X).square().sum().backward()
+    optimizer.synchronize()
+    everyone = hpcdist.allgather_object([mine[id(p)].numpy() for p in model.parameters()],
+                                        ctx=ctx)
+    with all_ranks("direct and bucketed gradients"):
+        assert big.grad.data_ptr() == produced[id(big)]  # reduced in place, not copied
+        assert small.grad._base is not None or ctx.size == 1  # a view of its flat bucket
+        for p, grads in zip(model.parameters(), zip(*everyone)):
+            np.testing.assert_allclose(p.grad.numpy(), np.mean(grads, axis=0), rtol=1e-12)
+
+
+test_large_gradients_are_averaged_where_autograd_left_them_mpi = mpi_twin(
+    test_large_gradients_are_averaged_where_autograd_left_them)
+
+
+def test_accumulates_backward_passes_before_averaging(ctx, direct):
     reference, model = _model(), _model()
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
@@ -118,7 +163,7 @@ def test_compression_and_skip_synchronize(ctx):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_unused_parameters_count_as_zero_and_never_hang(ctx):
+def test_unused_parameters_count_as_zero_and_never_hang(ctx, direct):
     class TwoHeads(torch.nn.Module):
         def __init__(self):
             super().__init__()

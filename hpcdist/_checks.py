@@ -6,7 +6,13 @@ import numpy as np
 
 from .exceptions import InvalidArgumentError, InvalidArgumentTypeError
 
-__all__ = ["check_int"]
+__all__ = ["check_int", "is_integer"]
+
+
+def is_integer(value):
+    """Whether ``value`` is a Python or NumPy integer and not a bool (a rank, a tag, a
+    count given as ``True`` is a bug upstream, never 1)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def check_int(value, name, minimum=None, maximum=None, *, hint=""):

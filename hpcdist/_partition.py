@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from ._checks import is_integer
 from .exceptions import InvalidArgumentError
 
 __all__ = ["balanced_counts", "validate_counts", "offsets_of"]
@@ -24,9 +25,7 @@ def balanced_counts(total, parts):
 def _is_whole_number(value):
     """Whether ``value`` is an integer (Python or NumPy; not a bool) or a float with no
     fractional part."""
-    if isinstance(value, (bool, np.bool_)):
-        return False
-    if isinstance(value, (int, np.integer)):
+    if is_integer(value):
         return True
     return isinstance(value, (float, np.floating)) and float(value).is_integer()
 

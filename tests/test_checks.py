@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hpcdist._checks import check_int
+from hpcdist._checks import check_int, is_integer
 
 
 @pytest.mark.parametrize("value", [3, np.int64(3), np.uint8(3)])
@@ -28,3 +28,11 @@ def test_bounds_name_the_value_and_the_range(minimum, maximum, value, span):
     for bound in (minimum, maximum):
         if bound is not None:
             assert check_int(bound, "k", minimum, maximum) == bound
+
+
+@pytest.mark.parametrize("value, expected", [
+    (0, True), (7, True), (np.int32(3), True), (np.uint64(2), True),
+    (True, False), (False, False), (np.bool_(True), False),
+    (1.0, False), (np.float64(2.0), False), ("1", False), (None, False)])
+def test_is_integer_takes_integers_and_never_a_bool(value, expected):
+    assert is_integer(value) is expected

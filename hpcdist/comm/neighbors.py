@@ -13,8 +13,8 @@ Examples
 >>> ring.neighbor_allgather(x).shape == (2,) + x.shape                         # doctest: +SKIP
 """
 
-import numpy as np
 
+from .._checks import is_integer
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from .calls import NP_SCALAR, PY_SCALAR, resolve
 from .checks import agree, mark_raised_on_every_rank, validated_on_every_rank
@@ -31,7 +31,7 @@ def _checked_ranks(ranks, what, ctx):
         raise InvalidArgumentTypeError(f"graph: {what}={ranks!r} should be a sequence of "
                                        "ranks") from None
     for rank in ranks:
-        if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, (int, np.integer)):
+        if not is_integer(rank):
             raise InvalidArgumentTypeError(f"graph: {what} holds {rank!r}, not a rank (an int)")
         if not 0 <= rank < ctx.size:
             raise InvalidArgumentError(f"graph: {what} names rank {rank}, outside the "

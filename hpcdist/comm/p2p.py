@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from .._checks import is_integer
 from ..exceptions import CollectiveMismatchError, InvalidArgumentError, InvalidArgumentTypeError
 from .calls import (
     DEVICE_DIRECT,
@@ -73,7 +74,7 @@ def _packets_of(ctx):
 
 def _check_peer(peer, ctx, name, argument):
     """``peer`` as an int, or raise naming it when it is not a rank of ``ctx``."""
-    if isinstance(peer, (int, np.integer)) and not isinstance(peer, bool) and 0 <= peer < ctx.size:
+    if is_integer(peer) and 0 <= peer < ctx.size:
         return int(peer)
     raise InvalidArgumentError(f"{name}: {argument}={peer!r} is not a rank of this context; "
                                f"use 0..{ctx.size - 1}")
@@ -81,7 +82,7 @@ def _check_peer(peer, ctx, name, argument):
 
 def _check_tag(tag, name):
     """``tag`` as an int, or raise naming it when MPI does not take it."""
-    if isinstance(tag, (int, np.integer)) and not isinstance(tag, bool) and 0 <= tag <= _MAX_TAG:
+    if is_integer(tag) and 0 <= tag <= _MAX_TAG:
         return int(tag)
     raise InvalidArgumentError(f"{name}: tag={tag!r} should be an integer in 0..{_MAX_TAG}")
 

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 
+from .._checks import is_integer
 from .._partition import balanced_counts, validate_counts
 from ..exceptions import InvalidArgumentError
 from .algorithms import ALGORITHMS
@@ -21,7 +22,7 @@ def check_root(root, ctx, name):
     """Return ``root`` as an int, or raise ``ValueError`` when it is not a rank."""
     if type(root) is int and 0 <= root < ctx.size:
         return root
-    if isinstance(root, (int, np.integer)) and not isinstance(root, bool) and 0 <= root < ctx.size:
+    if is_integer(root) and 0 <= root < ctx.size:
         return int(root)
     raise InvalidArgumentError(f"{name}: root={root!r} is not a rank of this context; "
                                f"use 0..{ctx.size - 1}")

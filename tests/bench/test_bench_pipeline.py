@@ -27,6 +27,10 @@ def test_quick_run_reports_bubbles_and_stash_peaks(tmp_path):
         m = row["micro_batches"]
         assert row["samples_per_second"] > 0 and 0 <= row["bubble_measured"] < 1
         assert row["bubble_ideal"] == pytest.approx(1 / (m + 1))
+        assert 0 <= row["bubble_alone"] < 1 and 0 <= row["bubble_replayed"] < 1
+        assert len(row["forward_seconds_alone"]) == 2 and min(row["backward_seconds_alone"]) > 0
         expected = [m, m] if row["schedule"] == "gpipe" else [min(2, m), 1]
         assert row["stashed_peak"] == expected
-    assert report["summary"]["2"]["stash_ratio_1f1b_over_gpipe"]["16"] == 2 / 16
+    summary = report["summary"]["2"]
+    assert summary["stash_ratio_1f1b_over_gpipe"]["16"] == 2 / 16
+    assert 0 <= summary["largest_gap_alone"] < 1

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 from hpcdist.nn import CrossEntropyLoss, MSELoss
+from hpcdist.nn._softmax_kernels import softmax_cross_entropy, softmax_cross_entropy_grad
+from hpcdist.nn.losses import softmax_cross_entropy_arrays, softmax_cross_entropy_grad_arrays
 from tests.nn.gradcheck import gradcheck
 
 torch = pytest.importorskip("torch")
@@ -42,6 +44,27 @@ def test_cross_entropy_matches_torch(reduction):
     np.testing.assert_allclose(loss, expected_loss, rtol=1e-12)
     np.testing.assert_allclose(crit.backward(grad_output), expected_grad, rtol=1e-10,
                                atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype, rtol, atol", [(np.float64, 1e-12, 1e-14),
+                                               (np.float32, 1e-5, 1e-6)])
+@pytest.mark.parametrize("per_row", [False, True])
+def test_cross_entropy_kernels_equal_the_array_expressions(dtype, rtol, atol, per_row):
+    # NumPy inputs take the one-pass Numba kernels, CuPy's the array expressions
+    logits, target = _randn(33, 7, dtype=dtype, scale=5), _labels(33, 7)
+    probs, losses = np.empty_like(logits), np.empty(33, dtype)
+    assert softmax_cross_entropy(logits, target, probs, losses) == -1
+    expected_probs, expected_losses = softmax_cross_entropy_arrays(logits, target, np)
+    np.testing.assert_allclose(probs, expected_probs, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(losses, expected_losses, rtol=rtol, atol=atol)
+    scale = _randn(33, seed=4, dtype=dtype) if per_row else np.array([0.3], dtype)
+    grad = np.empty_like(probs)
+    softmax_cross_entropy_grad(probs, target, scale, grad)
+    np.testing.assert_allclose(
+        grad, softmax_cross_entropy_grad_arrays(probs, target, scale if per_row else 0.3, np),
+        rtol=rtol, atol=atol)
+    target[20] = 7  # the first bad row is reported
+    assert softmax_cross_entropy(logits, target, probs, losses) == 20
 
 
 def test_cross_entropy_default_grad_output_is_one():

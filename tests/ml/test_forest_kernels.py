@@ -21,14 +21,15 @@ from hpcdist.ml.forest._level_kernels import (
     partition_nodes,
 )
 from hpcdist.ml.forest._predict_kernels import forest_mean_values
-from hpcdist.ml.forest._split_kernels import CRITERIA, SplitSettings, compact_histogram
+from hpcdist.ml.forest._split_kernels import CRITERIA, SplitSettings
 from hpcdist.ml.forest._subtree_kernels import (
+    SMALL_NODE_ROWS,
     TRACKED_ROWS,
     SubtreeNodes,
     SubtreeTasks,
     _chunk_histograms,
-    _clear_range,
     _copy_rows,
+    _feature_bins,
     grow_subtrees,
 )
 
@@ -211,10 +212,12 @@ def test_grow_subtrees_separable_data():
     assert decrease[0] == pytest.approx(9 - (16 + 25) / 9)  # W * gini of the root
 
 
-@pytest.mark.parametrize("n_rows", [TRACKED_ROWS - 1, TRACKED_ROWS, 3 * TRACKED_ROWS])
+@pytest.mark.parametrize("n_rows", [SMALL_NODE_ROWS + 1, 300, TRACKED_ROWS - 1, TRACKED_ROWS,
+                                    3 * TRACKED_ROWS])
 def test_chunk_histograms_of_small_and_large_nodes_match_numpy(n_rows):
-    """Both branches (ranges tracked below TRACKED_ROWS rows, every bin from there up)
-    give each feature's occupied bins and class counts, and leave the histograms zero."""
+    """Both branches (occupied bins marked in a bitmap below TRACKED_ROWS rows, every bin
+    scanned from there up) give each feature's occupied bins and class counts, and leave
+    the histograms and bitmaps zero."""
     rng = np.random.default_rng(n_rows)
     max_bins, D, n_features = 64, 3, 7
     Xb = rng.integers(5, 40, size=(n_rows, n_features)).astype(np.uint8)  # bins 0-4 unused
@@ -223,19 +226,18 @@ def test_chunk_histograms_of_small_and_large_nodes_match_numpy(n_rows):
     own = _copy_rows(Xb, target, np.arange(n_rows, dtype=np.int64), weights, 0, n_rows)
     chunk = np.array([6, 0, 3], dtype=np.int64)
     hist = np.zeros(len(chunk) * max_bins * D, dtype=np.int64)
-    lows, highs = np.empty(len(chunk), np.int64), np.empty(len(chunk), np.int64)
-    _chunk_histograms(own, 0, n_rows, chunk, len(chunk), max_bins, D, False, hist, lows, highs)
+    bits = np.zeros(len(chunk) * 4, np.uint64)
+    _chunk_histograms(own, 0, n_rows, chunk, len(chunk), max_bins, D, False, hist, bits)
     for s, f in enumerate(chunk):
         expected = np.zeros((max_bins, D), dtype=np.int64)
         np.add.at(expected, (Xb[:, f], target), weights)
         occupied = np.flatnonzero(expected.any(axis=1))
         cbins, cstats = np.empty(max_bins, np.int64), np.empty((max_bins, D), np.int64)
-        start = s * max_bins * D
-        k = compact_histogram(hist, start, lows[s], highs[s], D, False, cbins, cstats)
+        k = _feature_bins(hist, s, bits, n_rows < TRACKED_ROWS, max_bins, D, False, cbins,
+                          cstats)
         np.testing.assert_array_equal(cbins[:k], occupied)
         np.testing.assert_array_equal(cstats[:k], expected[occupied])
-        _clear_range(hist, start, lows[s], highs[s], D)
-    assert not hist.any()
+    assert not hist.any() and not bits.any()
 
 
 def test_forest_mean_values_traverses_every_tree():

@@ -3,8 +3,11 @@
 A subtree's rows are first copied into private contiguous arrays, which its
 splits then reorder in place, so that every node's rows are contiguous and
 histograms stream through memory. A node visits its features a chunk at a
-time: one pass over a large node's rows fills the chunk's dense histograms,
-while a small node sorts its few rows by bin, feature by feature. Splits
+time: one pass over a node's rows fills the chunk's dense histograms (a
+node under :data:`TRACKED_ROWS` rows also marks each feature's occupied
+bins in a bitmap, so that only those are read back and cleared), while a
+node of at most :data:`SMALL_NODE_ROWS` rows sorts its few rows by bin,
+feature by feature. Splits
 are ranked by the functions that level-wise growth uses too
 (:mod:`._split_kernels`), so either path splits a node the same way.
 """
@@ -26,11 +29,19 @@ from ._split_kernels import (
 __all__ = ["SMALL_NODE_ROWS", "FEATURE_CHUNK", "SubtreeTasks", "SubtreeNodes", "grow_subtrees"]
 
 #: Nodes of at most this many rows sort their rows per feature instead of filling a histogram.
-SMALL_NODE_ROWS = 32
+SMALL_NODE_ROWS = 16
 #: Features histogrammed together in one pass over a node's rows.
 FEATURE_CHUNK = 16
-#: Nodes of fewer rows track each feature's occupied bins while they fill its histogram.
+#: Nodes of fewer rows mark each feature's occupied bins while they fill its histogram.
 TRACKED_ROWS = 1024
+# 64-bit words of one feature's bitmap of occupied bins (max_bins <= 256)
+_BIT_WORDS = 4
+# the index of a 64-bit word's lowest set bit: de Bruijn multiplication of x ^ (x - 1)
+_DE_BRUIJN = np.array([0, 47, 1, 56, 48, 27, 2, 60, 57, 49, 41, 37, 28, 16, 3, 61, 54, 58, 35,
+                       52, 50, 42, 21, 44, 38, 32, 29, 23, 17, 11, 4, 62, 46, 55, 26, 59, 40, 36,
+                       15, 53, 34, 51, 20, 43, 31, 22, 10, 45, 25, 39, 14, 33, 19, 30, 9, 24, 13,
+                       18, 8, 12, 7, 6, 5, 63], dtype=np.int64)
+_DE_BRUIJN_MAGIC = np.uint64(0x03F79D71B4CB0A89)
 
 #: The subtrees to grow (int64 arrays but ``key``, uint64): subtree ``t`` owns
 #: ``rows[lo[t]:hi[t]]``, its root has key ``key[t]`` and depth ``depth[t]``, and its nodes
@@ -47,9 +58,9 @@ _Rows = namedtuple("_Rows", ["bins", "words", "target", "weight"])
 # The nodes waiting to be grown (a stack); ``parent`` >= 0 links a right child.
 _Stack = namedtuple("_Stack", ["lo", "hi", "depth", "key", "parent", "stats"])
 # The split search's buffers: the node's feature order, the chunk of features drawn and
-# their dense histograms with occupied bin ranges, sort keys of a small node, one
+# their dense histograms with bitmaps of occupied bins, sort keys of a small node, one
 # feature's occupied bins and their stats, the running left / right / candidate stats.
-_Scratch = namedtuple("_Scratch", ["order", "chunk", "hist", "lows", "highs", "sort_keys",
+_Scratch = namedtuple("_Scratch", ["order", "chunk", "hist", "bits", "sort_keys",
                                    "cbins", "cstats", "left", "right", "candidate"])
 
 
@@ -102,8 +113,7 @@ def _new_scratch(settings):
     return _Scratch(np.empty(settings.n_bins.shape[0], dtype=np.int64),
                     np.empty(FEATURE_CHUNK, dtype=np.int64),
                     np.zeros(FEATURE_CHUNK * max_bins * D, dtype=np.int64),
-                    np.empty(FEATURE_CHUNK, dtype=np.int64),
-                    np.empty(FEATURE_CHUNK, dtype=np.int64),
+                    np.zeros(FEATURE_CHUNK * _BIT_WORDS, dtype=np.uint64),
                     np.empty(SMALL_NODE_ROWS, dtype=np.int64),
                     np.empty(max_bins, dtype=np.int64), np.empty((max_bins, D), dtype=np.int64),
                     np.empty(D, dtype=np.int64), np.empty(D, dtype=np.int64),
@@ -129,19 +139,15 @@ def _draw_chunk(key, j, max_features, order, chunk):
 
 
 @njit(**EXACT)
-def _chunk_histograms(rows, lo, hi, chunk, size, max_bins, D, regression, hist, lows, highs):
+def _chunk_histograms(rows, lo, hi, chunk, size, max_bins, D, regression, hist, bits):
     """Dense histograms of features ``chunk[:size]`` over rows ``lo:hi`` in one pass.
 
-    Feature ``chunk[s]`` fills ``hist[s * max_bins * D:]`` (zero on entry) and
-    a range ``lows[s]..highs[s]`` holding its occupied bins: exactly those for
-    a node of fewer than :data:`TRACKED_ROWS` rows, every bin for a larger one
-    (whose pass then skips two compares per row and feature; scanning and
-    clearing all bins costs less than that there).
+    Feature ``chunk[s]`` fills ``hist[s * max_bins * D:]`` (zero on entry). A
+    node of fewer than :data:`TRACKED_ROWS` rows also sets the bits of its
+    occupied bins in ``bits[s * _BIT_WORDS:]`` (zero on entry); a larger one
+    skips that (scanning and clearing every bin costs less there).
     """
     if hi - lo >= TRACKED_ROWS:
-        for s in range(size):
-            lows[s] = 0
-            highs[s] = max_bins - 1
         for r in range(lo, hi):
             w = rows.weight[r]
             y = rows.target[r]
@@ -153,18 +159,12 @@ def _chunk_histograms(rows, lo, hi, chunk, size, max_bins, D, regression, hist, 
                 else:
                     hist[at + y] += w
         return
-    for s in range(size):
-        lows[s] = max_bins
-        highs[s] = -1
     for r in range(lo, hi):
         w = rows.weight[r]
         y = rows.target[r]
         for s in range(size):
             b = np.int64(rows.bins[r, chunk[s]])
-            if b < lows[s]:
-                lows[s] = b
-            if b > highs[s]:
-                highs[s] = b
+            bits[s * _BIT_WORDS + (b >> 6)] |= np.uint64(1) << np.uint64(b & 63)
             at = (s * max_bins + b) * D
             if regression:
                 hist[at] += w * y
@@ -174,10 +174,40 @@ def _chunk_histograms(rows, lo, hi, chunk, size, max_bins, D, regression, hist, 
 
 
 @njit(**EXACT)
-def _clear_range(hist, start, low, high, D):
-    """Zero bins ``low..high`` of the histogram at ``hist[start:]``."""
-    for at in range(start + low * D, start + (high + 1) * D):
-        hist[at] = 0
+def _feature_bins(hist, s, bits, tracked, max_bins, D, regression, cbins, cstats):
+    """Feature ``s``'s occupied bins (weight > 0) of a chunk filled by
+    :func:`_chunk_histograms`, in ascending order with their stats; returns their count
+    and leaves its histogram and bitmap zero. ``tracked``: the node marked its bins."""
+    start = s * max_bins * D
+    if not tracked:
+        k = compact_histogram(hist, start, 0, max_bins - 1, D, regression, cbins, cstats)
+        for at in range(start, start + max_bins * D):
+            hist[at] = 0
+        return k
+    k = 0
+    for word in range(_BIT_WORDS):
+        x = bits[s * _BIT_WORDS + word]
+        bits[s * _BIT_WORDS + word] = 0
+        while x != 0:
+            b = word * 64 + _DE_BRUIJN[((x ^ (x - np.uint64(1))) * _DE_BRUIJN_MAGIC)
+                                       >> np.uint64(58)]
+            x &= x - np.uint64(1)
+            at = start + b * D
+            if regression:
+                occupied = hist[at + 1] > 0
+            else:
+                occupied = False
+                for c in range(D):
+                    if hist[at + c] > 0:
+                        occupied = True
+            if occupied:
+                cbins[k] = b
+                for c in range(D):
+                    cstats[k, c] = hist[at + c]
+                k += 1
+            for c in range(D):
+                hist[at + c] = 0
+    return k
 
 
 @njit(**EXACT)
@@ -221,7 +251,7 @@ def _best_split(rows, lo, hi, key, total, settings, scratch, best_left):
     when every visited feature is constant or no threshold leaves
     ``min_leaf`` on both sides; ``best_left`` receives the left side's stats.
     """
-    order, chunk, hist, lows, highs, sort_keys, cbins, cstats, left, right, candidate = scratch
+    order, chunk, hist, bits, sort_keys, cbins, cstats, left, right, candidate = scratch
     max_features, max_bins, D = settings.max_features, settings.max_bins, settings.channels
     criterion = settings.criterion
     regression = criterion == SQUARED_ERROR
@@ -233,18 +263,16 @@ def _best_split(rows, lo, hi, key, total, settings, scratch, best_left):
     best_bin = -1
     found = False
     dense = hi - lo > SMALL_NODE_ROWS
+    tracked = hi - lo < TRACKED_ROWS
     j = 0
     while j < n_features and not (found and j >= max_features):
         size = _draw_chunk(key, j, max_features, order, chunk)
         if dense:
-            _chunk_histograms(rows, lo, hi, chunk, size, max_bins, D, regression, hist, lows,
-                              highs)
+            _chunk_histograms(rows, lo, hi, chunk, size, max_bins, D, regression, hist, bits)
         for s in range(size):
             if dense:
-                start = s * max_bins * D
-                n = compact_histogram(hist, start, lows[s], highs[s], D, regression, cbins,
-                                      cstats)
-                _clear_range(hist, start, lows[s], highs[s], D)
+                n = _feature_bins(hist, s, bits, tracked, max_bins, D, regression, cbins,
+                                  cstats)
             else:
                 n = _sorted_bins(rows, lo, hi, chunk[s], D, regression, sort_keys, cbins, cstats)
             if n < 2:
@@ -260,8 +288,9 @@ def _best_split(rows, lo, hi, key, total, settings, scratch, best_left):
             if j + s >= max_features:  # the continued draw stops at a non-constant one
                 break
         if dense and found and j + size > max_features:
-            for s in range(size):  # clear what the early stop left behind
-                _clear_range(hist, s * max_bins * D, lows[s], highs[s], D)
+            for s in range(size):  # clear what the early stop left behind (the features
+                # read already are zero: little work)
+                _feature_bins(hist, s, bits, tracked, max_bins, D, regression, cbins, cstats)
         j += size
     return best_score, best_feature, best_bin
 

@@ -193,20 +193,17 @@ def _feature_bins(hist, s, bits, tracked, max_bins, D, regression, cbins, cstats
                                        >> np.uint64(58)]
             x &= x - np.uint64(1)
             at = start + b * D
-            if regression:
-                occupied = hist[at + 1] > 0
-            else:
-                occupied = False
+            if regression:  # (sum of w * y, sum of w)
+                weight = hist[at + 1]
+            else:           # the weight of each class (all >= 0)
+                weight = 0
                 for c in range(D):
-                    if hist[at + c] > 0:
-                        occupied = True
-            if occupied:
-                cbins[k] = b
-                for c in range(D):
-                    cstats[k, c] = hist[at + c]
-                k += 1
+                    weight += hist[at + c]
+            cbins[k] = b
             for c in range(D):
+                cstats[k, c] = hist[at + c]
                 hist[at + c] = 0
+            k += weight > 0  # a bin of rows of weight 0 only is left out, as by compaction
     return k
 
 

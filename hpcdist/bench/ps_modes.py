@@ -7,9 +7,8 @@ classes, float32) trained with :class:`~hpcdist.parallel.ParameterServerTraining
 every rank trains until a common deadline, ``--seconds`` after rank 0's
 clock at a common start (on one node the ranks read one clock, so in sync
 mode their step counts differ by one round at most however late a rank
-leaves the barrier); then the
-ranks synchronize and the held-out accuracy of the server's parameters
-is measured.
+leaves the barrier); then the ranks synchronize and the held-out accuracy
+of the server's parameters is measured.
 
 Scenarios (ISSUE-NOTES, #17), slowing by sleeping (the core goes to the others):
 

@@ -121,11 +121,11 @@ class CrossEntropyLoss(_Loss):
                 f"shape ({n},), one class index per sample")
         z = logits.astype(compute_dtype(logits.dtype), copy=False)
         if xp is np:  # one Numba pass (the array calls below cost ~50 us for small batches)
-            z = np.ascontiguousarray(z)
+            z, target = np.ascontiguousarray(z), np.ascontiguousarray(target)
             probs, losses = np.empty_like(z), np.empty(n, dtype=z.dtype)
-            if softmax_cross_entropy(z, np.ascontiguousarray(target), probs, losses) >= 0:
+            if softmax_cross_entropy(z, target, probs, losses) >= 0:
                 _out_of_range(target, n_classes)
-            self._cache = (logits.dtype, probs, target)
+            self._cache = (logits.dtype, probs, target)  # backward's kernel takes both
             return self._reduce(losses, xp)
         if n:
             low, high = int(target.min()), int(target.max())
@@ -152,7 +152,7 @@ class CrossEntropyLoss(_Loss):
         scale = self._grad_scale(grad_output, (n,), xp)
         if xp is np:
             grad = np.empty_like(probs)
-            softmax_cross_entropy_grad(probs, np.ascontiguousarray(target),
+            softmax_cross_entropy_grad(probs, target,
                                        np.asarray(scale, dtype=probs.dtype).reshape(-1), grad)
             return grad.astype(dtype, copy=False)
         return softmax_cross_entropy_grad_arrays(probs, target, scale, xp).astype(dtype,

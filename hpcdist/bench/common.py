@@ -106,6 +106,7 @@ def machine_info(comm, **extra):
         "cpus_available": len(affinity(0)) if affinity else None,
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),
         "mpi_library": " ".join(MPI.Get_library_version().splitlines()[0].split()),
         "mpi_library_version": MPI.Get_library_version().strip(),
         "mpi_standard": "%d.%d" % MPI.Get_version(),
@@ -120,6 +121,19 @@ def machine_info(comm, **extra):
     }
     info.update(extra)
     return info
+
+
+def cpu_model():
+    """The CPU's model name from ``/proc/cpuinfo`` (Linux), or None where it cannot be read:
+    runs on different machines are not comparable, and the platform string does not say."""
+    try:
+        with open("/proc/cpuinfo") as stream:
+            for line in stream:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
 
 
 def idle_until_all_arrive(ctrl, poll_seconds=0.002):

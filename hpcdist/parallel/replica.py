@@ -166,13 +166,14 @@ class FlatBuffers:
             xp = array_module(first)
             dtype = np.float32 if np.dtype(first.dtype).itemsize < 4 else first.dtype
             size = sum(arrays[i].size for i in indices) + (extra if position == 0 else 0)
-            self.groups.append((indices, xp.empty(size, dtype=dtype)))
+            self.groups.append((indices, xp.zeros(size, dtype=dtype)))  # extras start at 0
         self.extra = extra
         self._shapes = [tuple(array.shape) for array in arrays]
 
     @property
     def flats(self):
-        """The flat buffers (their contents: whatever was last packed or received)."""
+        """The flat buffers (their contents: zeros, then whatever was last packed or
+        received)."""
         return [flat for _, flat in self.groups]
 
     @property

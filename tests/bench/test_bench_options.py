@@ -1,9 +1,11 @@
 """Every benchmark takes the same common options (``--quick``, ``--no-plot``,
 ``--output-dir``, ``--name``), as ``hpcdist bench NAME`` passes them on."""
 import importlib
+import pathlib
 
 import pytest
 
+from hpcdist.bench import common
 from hpcdist.cli.main import BENCHMARKS
 
 COMMON = ["--quick", "--no-plot", "--output-dir", "elsewhere", "--name", "trial"]
@@ -27,3 +29,14 @@ def test_the_defaults_name_the_outputs_after_the_benchmark(name):
     args = _parse(importlib.import_module(BENCHMARKS[name]), [])
     assert not args.quick and not args.no_plot
     assert args.name == name and str(args.output_dir) == "benchmarks/results"
+
+
+def test_cpu_model_names_the_processor():
+    # the JSON reports say which CPU measured them: runs on different machines differ
+    proc = pathlib.Path("/proc/cpuinfo")
+    if not proc.exists():
+        assert common.cpu_model() is None
+        return
+    names = [line.split(":", 1)[1].strip() for line in proc.read_text().splitlines()
+             if line.startswith("model name")]
+    assert common.cpu_model() == (names[0] if names else None)

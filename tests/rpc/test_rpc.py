@@ -162,6 +162,27 @@ def test_arrays_of_ten_million_elements(service):
         assert total == float(x.sum(dtype=np.float64))
 
 
+def echo(x):
+    return x
+
+
+def test_large_results_kept_while_more_arrive(service):
+    # received buffers of 1 MiB and more are reused once nothing refers to them: results
+    # still held must keep theirs, and arguments held by a handler too
+    ctx = service
+    with all_ranks(ctx, "buffers reused"):
+        kept = []
+        for round_ in range(6):
+            x = np.full(2**18, float(round_ + 100 * ctx.rank))  # 2 MiB, one size
+            kept.append(rpc.rpc_sync(_next(ctx), echo, (x,)))
+            if round_ % 2:
+                kept.pop(0)  # drop one: its buffer may serve the next call
+        for index, result in enumerate(kept):
+            round_ = 3 + index
+            assert result.shape == (2**18,)
+            assert np.all(result == float(round_ + 100 * ctx.rank))
+
+
 def test_remote_references(service):
     ctx = service
     with all_ranks(ctx, "remote"):
@@ -226,5 +247,6 @@ test_remote_exception_mpi = mpi_twin(test_remote_exception)
 test_timeouts_mpi = mpi_twin(test_timeouts)
 test_arrays_of_ten_million_elements_mpi = mpi_twin(test_arrays_of_ten_million_elements)
 test_remote_references_mpi = mpi_twin(test_remote_references)
+test_large_results_kept_while_more_arrive_mpi = mpi_twin(test_large_results_kept_while_more_arrive)
 test_shutdown_waits_for_calls_in_flight_mpi = mpi_twin(test_shutdown_waits_for_calls_in_flight)
 test_argument_errors_mpi = mpi_twin(test_argument_errors)

@@ -29,14 +29,22 @@ DIRECT_BYTES = _MEBIBYTE  # gradients this large are reduced where autograd left
 _OPS = ("mean", "sum")
 
 
-class _Bucket:
-    """Parameters of one dtype and device whose gradients travel in one flat tensor."""
+class _BucketBase:
+    """What every bucket tracks: its parameters, those whose gradient is ready, and the
+    allreduce in flight."""
 
     def __init__(self, index, parameters):
         self.index = index
         self.parameters = parameters
         self.ready = set()
         self.request = None
+
+
+class _Bucket(_BucketBase):
+    """Parameters of one dtype and device whose gradients travel in one flat tensor."""
+
+    def __init__(self, index, parameters):
+        super().__init__(index, parameters)
         first = parameters[0]
         self.flat = torch.zeros(sum(p.numel() for p in parameters), dtype=first.dtype,
                                 device=first.device)
@@ -59,14 +67,11 @@ class _Bucket:
         parameter.grad = view
 
 
-class _DirectBucket:
+class _DirectBucket(_BucketBase):
     """One large parameter whose gradient is reduced in its own memory."""
 
     def __init__(self, index, parameter):
-        self.index = index
-        self.parameters = [parameter]
-        self.ready = set()
-        self.request = None
+        super().__init__(index, [parameter])
         self.array = None  # the gradient's memory, set by take
 
     def take(self, position):

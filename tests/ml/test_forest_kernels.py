@@ -21,7 +21,7 @@ from hpcdist.ml.forest._level_kernels import (
     partition_nodes,
 )
 from hpcdist.ml.forest._predict_kernels import forest_mean_values
-from hpcdist.ml.forest._split_kernels import CRITERIA, SplitSettings
+from hpcdist.ml.forest._split_kernels import CRITERIA, SplitSettings, best_threshold
 from hpcdist.ml.forest._subtree_kernels import (
     SMALL_NODE_ROWS,
     TRACKED_ROWS,
@@ -59,6 +59,69 @@ def test_bin_columns_counts_the_edges_below(n_edges):
     expected32 = np.stack([np.searchsorted(e, X[:, f].astype(np.float32), side="left")
                            for f, e in enumerate(edges)], axis=1)
     np.testing.assert_array_equal(out32, expected32)
+
+
+def _reference_threshold(cbins, cstats, total, criterion, min_leaf):
+    """The split search as the plain running loop: each candidate's score from its left
+    side's sums (the operations in the kernel's order), the first best kept."""
+    regression = criterion == CRITERIA["squared_error"]
+
+    def weight(stats):
+        return int(stats[1]) if regression else int(sum(stats))
+
+    def side(counts, w):
+        if criterion == CRITERIA["entropy"]:
+            return sum(float(n) * math.log(float(n) / float(w)) for n in counts if n > 0)
+        score = 0.0
+        for n in counts:
+            score += float(n) * float(n)
+        return score / float(w)
+
+    w = weight(total)
+    left = np.zeros_like(total)
+    best, best_bin, best_left = -np.inf, -1, None
+    for i in range(len(cbins) - 1):
+        left = left + cstats[i]
+        wl = weight(left)
+        wr = w - wl
+        if wl < min_leaf:
+            continue
+        if wr < min_leaf:
+            break
+        if regression:
+            d = float(left[0]) / float(wl) - float(total[0] - left[0]) / float(wr)
+            score = float(wl) * float(wr) / float(w) * d * d
+        else:
+            score = side(left, wl) + side(total - left, wr)
+        if score > best:
+            best, best_bin, best_left = score, int(cbins[i]), left.copy()
+    return best, best_bin, best_left
+
+
+@pytest.mark.parametrize("criterion", ["gini", "entropy", "squared_error"])
+@pytest.mark.parametrize("min_leaf", [1, 7])
+def test_best_threshold_equals_the_running_loop(criterion, min_leaf):
+    code = CRITERIA[criterion]
+    rng = np.random.default_rng(min_leaf)
+    for trial in range(200):
+        k = int(rng.integers(1, 40))
+        cbins = np.sort(rng.choice(256, size=k, replace=False)).astype(np.int64)
+        if code == CRITERIA["squared_error"]:
+            weights = rng.integers(1, 5, size=k)
+            cstats = np.stack([rng.integers(-1000, 1000, size=k) * weights, weights], axis=1)
+        else:
+            cstats = rng.integers(0, 4, size=(k, 3)) * (rng.random((k, 3)) < 0.6)
+            cstats[cstats.sum(axis=1) == 0, 0] = 1
+        cstats = np.ascontiguousarray(cstats, dtype=np.int64)
+        total = cstats.sum(axis=0)
+        expected = _reference_threshold(cbins, cstats.copy(), total, code, min_leaf)
+        D = cstats.shape[1]
+        left, right, best_left = (np.zeros(D, np.int64) for _ in range(3))
+        score, b = best_threshold(cbins, cstats, k, total, code, min_leaf, left, right,
+                                  best_left)
+        assert (score, b) == expected[:2] or (score == -np.inf and expected[0] == -np.inf)
+        if b >= 0:
+            np.testing.assert_array_equal(best_left, expected[2])
 
 
 def test_bootstrap_weights_are_poisson_and_per_row():

@@ -29,7 +29,7 @@ __all__ = ["CRITERIA", "SQUARED_ERROR", "SplitSettings", "stats_weight", "impuri
 
 #: criterion name -> code used by the kernels
 CRITERIA = {"gini": 0, "entropy": 1, "log_loss": 1, "squared_error": 2}
-_ENTROPY = 1
+_GINI, _ENTROPY = 0, 1
 SQUARED_ERROR = 2
 
 #: What the kernels need to know besides the data (the same on every rank):
@@ -96,30 +96,56 @@ def best_threshold(cbins, cstats, k, total, criterion, min_leaf, left, right, be
     Candidates are the occupied bins but the last ("go left when bin <= t");
     the first best (lowest bin) wins. Returns ``(score, bin)``, score ``-inf``
     when no threshold leaves ``min_leaf`` weight on both sides; ``best_left``
-    receives the left side's stats.
+    receives the left side's stats. ``cstats`` is overwritten with the
+    running sums of the left side.
+
+    The running sums come first, then the candidates, which no longer depend
+    on each other, so the processor overlaps their divisions (a candidate
+    took about 100 cycles with the sums carried from one to the next). Gini's
+    score is written out here with the operations of :func:`_split_score`
+    in the same order, so it rounds the same.
     """
     regression = criterion == SQUARED_ERROR
+    D = total.shape[0]
     w = stats_weight(total, regression)
-    for c in range(total.shape[0]):
-        left[c] = 0
+    for i in range(1, k - 1):
+        for c in range(D):
+            cstats[i, c] += cstats[i - 1, c]
     best = -np.inf
-    best_bin = -1
+    best_i = -1
     for i in range(k - 1):
-        for c in range(total.shape[0]):
-            left[c] += cstats[i, c]
-        wl = stats_weight(left, regression)
+        if regression:
+            wl = cstats[i, 1]
+        else:
+            wl = 0
+            for c in range(D):
+                wl += cstats[i, c]
         wr = w - wl
         if wl < min_leaf:
             continue
         if wr < min_leaf:
             break
-        score = _split_score(left, total, wl, wr, w, criterion, right)
+        if criterion == _GINI:
+            on_left = 0.0
+            on_right = 0.0
+            for c in range(D):
+                n = float(cstats[i, c])
+                on_left += n * n
+                n = float(total[c] - cstats[i, c])
+                on_right += n * n
+            score = on_left / float(wl) + on_right / float(wr)
+        else:
+            for c in range(D):
+                left[c] = cstats[i, c]
+            score = _split_score(left, total, wl, wr, w, criterion, right)
         if score > best:
             best = score
-            best_bin = cbins[i]
-            for c in range(total.shape[0]):
-                best_left[c] = left[c]
-    return best, best_bin
+            best_i = i
+    if best_i < 0:
+        return best, -1
+    for c in range(D):
+        best_left[c] = cstats[best_i, c]
+    return best, cbins[best_i]
 
 
 @njit(**EXACT)

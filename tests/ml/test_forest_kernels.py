@@ -7,6 +7,7 @@ import pytest
 from hpcdist.ml.forest._bin_kernels import bin_columns
 from hpcdist.ml.forest._hash_kernels import (
     MAX_BOOTSTRAP_WEIGHT,
+    bootstrap_weight,
     bootstrap_weights,
     child_keys,
     feature_orders,
@@ -139,6 +140,9 @@ def test_bootstrap_weights_are_poisson_and_per_row():
     part = np.empty((1, 3), dtype=np.uint8)
     bootstrap_weights(np.uint64(42), trees[1:2], subset, part)
     np.testing.assert_array_equal(part[0], out[1, subset])
+    # the same weights as the one-row form that out-of-bag prediction uses
+    assert [bootstrap_weight(np.uint64(42), 5, np.uint64(r)) for r in subset] == \
+        out[2, subset].tolist()
 
 
 def test_hash_below_keeps_the_expected_fraction():

@@ -122,7 +122,18 @@ def bootstrap_weight(seed, tree, row):
     A 53-bit uniform hashed from ``(seed, tree, row)``, inverted against the
     integer thresholds of the Poisson(1) distribution function.
     """
-    u = _hash2(_hash2(seed ^ _BOOTSTRAP_STREAM, np.uint64(tree)), row) >> _S11
+    return _poisson_weight(_tree_stream(seed, tree), row)
+
+
+@njit(**EXACT)
+def _tree_stream(seed, tree):
+    """The hash of ``(seed, tree)`` that every row's bootstrap weight in the tree starts from."""
+    return _hash2(seed ^ _BOOTSTRAP_STREAM, np.uint64(tree))
+
+
+@njit(**EXACT)
+def _poisson_weight(stream, row):
+    u = _hash2(stream, row) >> _S11
     w = 0
     while u >= _POISSON[w]:
         w += 1
@@ -131,8 +142,12 @@ def bootstrap_weight(seed, tree, row):
 
 @njit(**EXACT_PARALLEL)
 def bootstrap_weights(seed, trees, global_index, out):
-    """Poisson(1) bootstrap weight of every (tree, row): out (n_trees, n_rows) uint8."""
-    for i in prange(global_index.shape[0]):
-        g = np.uint64(global_index[i])
-        for t in range(trees.shape[0]):
-            out[t, i] = bootstrap_weight(seed, trees[t], g)
+    """Poisson(1) bootstrap weight of every (tree, row): out (n_trees, n_rows) uint8.
+
+    A tree's stream is hashed once, and its row is written whole (half the hashing of
+    :func:`bootstrap_weight` per entry, and no strided writes).
+    """
+    for t in range(trees.shape[0]):
+        stream = _tree_stream(seed, trees[t])
+        for i in prange(global_index.shape[0]):
+            out[t, i] = _poisson_weight(stream, np.uint64(global_index[i]))

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from hpcdist.ml.forest._bin_kernels import bin_columns
+from hpcdist.ml.forest._bin_kernels import ROW_BLOCK, bin_columns
 from hpcdist.ml.forest._hash_kernels import (
     MAX_BOOTSTRAP_WEIGHT,
     bootstrap_weight,
@@ -43,10 +43,11 @@ def _settings(n_bins, channels, criterion, max_features=1, max_depth=100, min_sp
 
 @pytest.mark.parametrize("n_edges", [0, 1, 2, 3, 7, 16, 255])
 def test_bin_columns_counts_the_edges_below(n_edges):
+    assert 2 * ROW_BLOCK < 1300
     rng = np.random.default_rng(n_edges)
     edges = [np.sort(rng.choice(np.arange(1000) / 10.0, n_edges, replace=False))
              for _ in range(3)]
-    X = rng.integers(-5, 1005, size=(500, 3)) / 10.0
+    X = rng.integers(-5, 1005, size=(1300, 3)) / 10.0  # rows in blocks of ROW_BLOCK and a part
     for f, e in enumerate(edges):  # values equal to an edge go to the lower bin
         X[:len(e), f] = e[:500]
     offsets = np.concatenate([[0], np.cumsum([len(e) for e in edges])])

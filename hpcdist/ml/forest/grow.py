@@ -40,7 +40,7 @@ from ...comm import allgather, allreduce, alltoall
 from ._hash_kernels import child_keys, feature_orders, root_keys
 from ._level_kernels import NodeSplits, evaluate_nodes, partition_nodes
 from ._split_kernels import SplitSettings
-from ._subtree_kernels import SubtreeNodes, SubtreeTasks, grow_subtrees
+from ._subtree_kernels import SubtreeTasks, grow_subtrees, new_subtree_nodes
 from .histograms import plan_level, reduce_level
 from .sampling import assign_owners, bootstrap
 from .tree import Forest
@@ -356,18 +356,14 @@ def _grow_tasks(ctx, data, nodes, tasks, settings):
     base = np.concatenate([[0], np.cumsum(capacity)[:-1]]).astype(np.int64)
     total = int(capacity.sum()) if len(capacity) else 0
     channels = settings.channels
-    feature = np.empty(total, dtype=np.int64)
-    bins = np.empty(total, dtype=np.int64)
-    right = np.empty(total, dtype=np.int64)
-    stats = np.empty((total, channels), dtype=np.int64)
-    decrease = np.empty(total, dtype=np.float64)
+    grown = new_subtree_nodes(total, channels)
+    feature, bins, right, stats, decrease = grown
     count = np.zeros(len(mine), dtype=np.int64)
     if len(mine):
         grow_subtrees(Xb, target, rows, weights,
                       SubtreeTasks(lo.astype(np.int64), hi.astype(np.int64),
                                    nodes.key[tasks[mine]], nodes.depth[tasks[mine]], base),
-                      settings.split_settings, SubtreeNodes(feature, bins, right, stats, decrease),
-                      count)
+                      settings.split_settings, grown, count)
     keep = np.concatenate([np.arange(b, b + c) for b, c in zip(base, count)]) if len(
         mine) else np.zeros(0, dtype=np.int64)
     packed = np.empty((len(keep), 4 + channels), dtype=np.int64)

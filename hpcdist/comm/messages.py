@@ -192,7 +192,9 @@ class ReceiveBuffers:
     smallest : int, default=POOLED_FROM
         Buffers below this many bytes are always new.
     limit : int, default=POOL_BYTES
-        The most bytes kept; past it, buffers are new and not kept.
+        The most bytes kept. A new buffer that does not fit first lets go of
+        the kept buffers nothing refers to (of any size); if it still does not
+        fit, it is not kept.
     """
 
     def __init__(self, smallest=POOLED_FROM, limit=POOL_BYTES):
@@ -204,15 +206,29 @@ class ReceiveBuffers:
         """A uint8 buffer of ``nbytes``: a kept one no longer referenced, or a new one."""
         if nbytes < self.smallest:
             return np.empty(nbytes, dtype=np.uint8)
-        kept = self._kept.setdefault(nbytes, [])
-        for buffer in kept:
+        for buffer in self._kept.get(nbytes, ()):
             if sys.getrefcount(buffer) == _UNREFERENCED:
                 return buffer
+        if self.kept_bytes + nbytes > self.limit:
+            self._release_unreferenced()
         buffer = np.empty(nbytes, dtype=np.uint8)
         if self.kept_bytes + nbytes <= self.limit:
-            kept.append(buffer)
+            self._kept.setdefault(nbytes, []).append(buffer)
             self.kept_bytes += nbytes
         return buffer
+
+    def _release_unreferenced(self):
+        """Drop the kept buffers nothing else refers to (sizes no longer received)."""
+        for nbytes, kept in list(self._kept.items()):
+            held = []
+            for buffer in kept:
+                if sys.getrefcount(buffer) != _UNREFERENCED:
+                    held.append(buffer)
+            self.kept_bytes -= nbytes * (len(kept) - len(held))
+            if held:
+                self._kept[nbytes] = held
+            else:
+                del self._kept[nbytes]
 
 
 class _Requests:

@@ -44,3 +44,16 @@ def test_small_buffers_are_new_and_the_limit_holds():
     held = [buffers.take(2 * MIB), buffers.take(2 * MIB)]  # the second is past the limit
     assert buffers.kept_bytes == 2 * MIB
     assert held[0].ctypes.data != held[1].ctypes.data
+
+
+def test_a_buffer_that_does_not_fit_lets_go_of_unreferenced_ones():
+    buffers = ReceiveBuffers(smallest=MIB, limit=3 * MIB)
+    held = buffers.take(MIB)
+    buffers.take(2 * MIB)  # kept, and then nothing refers to it
+    assert buffers.kept_bytes == 3 * MIB
+    other = buffers.take(2 * MIB - 8)  # a new size: the unreferenced 2 MiB makes room
+    assert buffers.kept_bytes == MIB + 2 * MIB - 8  # the held one stays
+    assert buffers.take(MIB).ctypes.data != held.ctypes.data
+    del other
+    too_big = buffers.take(3 * MIB)  # past the limit even with the room freed: not kept
+    assert buffers.kept_bytes == MIB and too_big.nbytes == 3 * MIB

@@ -121,7 +121,13 @@ def test_a_killed_rank_fails_a_preemptible_job_without_requeue(submitter):
     output = job.output()
     assert info["JobState"] == "FAILED" and info["Restarts"] == "0", job.describe()
     assert "rank 1: signal SIGKILL" in output, job.describe()
-    assert "job step exited with 137" in output and "requeueing" not in output, job.describe()
+    # the step fails with a code that is not the checkpoint's (75), so it is not requeued:
+    # usually 137, srun's code for the SIGKILL'd task; but srun reports the highest task
+    # code, and a survivor caught inside an allreduce that reads the dead rank's memory
+    # (process_vm_readv) aborts in MPICH with an error code that is 143 modulo 256
+    step = re.search(r"job step exited with (\d+)", output)
+    assert step and int(step.group(1)) in (137, 143), job.describe()
+    assert "requeueing" not in output, job.describe()
     assert seconds <= KILLED_RANK_DEADLINE, f"{seconds:.1f} s\n{job.describe()}"
 
 

@@ -1,6 +1,9 @@
 """Helpers shared by the benchmarks: options, sizes, versions, machine description, timing."""
 
 import argparse
+import contextlib
+import ctypes
+import ctypes.util
 import datetime
 import json
 import os
@@ -26,7 +29,7 @@ __all__ = ["KIB", "MIB", "benchmark_parser", "format_size", "package_version", "
            "machine_info", "median_seconds", "blas_threads", "init_gloo", "pyplot", "write_report",
            "rank_counts", "add_job_options", "launch_jobs", "run_per_rank_count", "finish_report",
            "merged_report",
-           "fill_sizes", "idle_until_all_arrive"]
+           "fill_sizes", "idle_until_all_arrive", "resident_peak"]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -134,6 +137,48 @@ def cpu_model():
     except OSError:
         pass
     return None
+
+
+def _status_kib(field):
+    with open("/proc/self/status") as stream:
+        for line in stream:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise OSError(f"no {field} in /proc/self/status")
+
+
+def _release_free_heap():
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``), so
+    that a block measured next cannot hide its needs in memory an earlier one freed."""
+    name = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    if trim is not None:
+        trim(0)
+
+
+@contextlib.contextmanager
+def resident_peak():
+    """Peak resident memory of this process inside the block (Linux).
+
+    Yields a dict that receives ``peak_mib`` (the highest resident size in
+    the block) and ``added_mib`` (that peak above the resident size at its
+    start: what the block itself needed), both None where the kernel does
+    not offer them. The peak is reset through ``/proc/self/clear_refs``,
+    after the C heap's free pages are given back.
+    """
+    result = {"peak_mib": None, "added_mib": None}
+    _release_free_heap()
+    try:
+        before = _status_kib("VmRSS")
+        with open("/proc/self/clear_refs", "w") as stream:
+            stream.write("5")  # reset VmHWM to the current resident size
+    except OSError:
+        yield result
+        return
+    yield result
+    peak = _status_kib("VmHWM")
+    result["peak_mib"] = peak / 1024
+    result["added_mib"] = max(0, peak - before) / 1024
 
 
 def idle_until_all_arrive(ctrl, poll_seconds=0.002):

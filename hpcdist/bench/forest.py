@@ -60,7 +60,7 @@ from ..data import DataPartitioner, make_classification
 from ..ml import RandomForestClassifier
 from . import common
 
-__all__ = ["main", "DATA", "TARGETS", "TARGET_ACCURACY_GAP"]
+__all__ = ["main", "DATA", "TARGETS", "TARGET_ACCURACY_GAP", "MEMORY_TARGETS"]
 
 DATA = {"n_features": 32, "n_classes": 3, "n_informative": 6, "n_redundant": 6,
         "class_sep": 0.8, "random_state": 0}
@@ -69,6 +69,7 @@ DEFAULTS = {"train": 200_000, "test": 50_000, "trees": 100, "max_depth": 16,
 QUICK = {"train": 4_000, "test": 1_000, "trees": 8, "max_depth": 8, "repetitions": 1,
          "baseline_repetitions": 1}
 DEFAULT_RANKS = (1, 2)
+PREDICT_REPETITIONS = 5  # predict_proba of the held-out rows, median
 
 #: (baseline, its short name, hpcdist's rank count, the least baseline fit seconds / hpcdist's):
 #: issue 6 against scikit-learn, issue 19 against scikit-learn-intelex (both n_jobs=cores)
@@ -76,6 +77,10 @@ TARGETS = (("scikit-learn", "sklearn", 2, 2.0),
            ("scikit-learn-intelex", "sklearnex", 2, 1.5),
            ("scikit-learn-intelex", "sklearnex", 1, 1.0))
 TARGET_ACCURACY_GAP = 0.01  # hpcdist accuracy >= the baseline's - this, where a speed is judged
+#: (baseline, short name, hpcdist's rank count, the most hpcdist's largest rank's resident memory
+#: added during fit / the baseline's): issue 19
+MEMORY_TARGETS = (("scikit-learn-intelex", "sklearnex", 1, 1.0),
+                  ("scikit-learn-intelex", "sklearnex", 2, 1.0))
 
 
 # -- arguments ------------------------------------------------------------------------------
@@ -147,6 +152,9 @@ class _Hpcdist:
     def fit(self):
         self.model = self._estimator(self.args.trees, self.args.max_depth).fit(*self.data[:2])
 
+    def predict(self):
+        return self.model.predict_proba(self.data[2])  # this rank's held-out rows
+
     def accuracy(self):
         return self.model.score(*self.data[2:])  # global
 
@@ -166,6 +174,9 @@ class _Sklearn:
     def fit(self):
         self.model = self.cls(self.args.trees, max_depth=self.args.max_depth,
                               n_jobs=self.n_jobs, random_state=0).fit(*self.data[:2])
+
+    def predict(self):
+        return self.model.predict_proba(self.data[2])
 
     def accuracy(self):
         return float(self.model.score(*self.data[2:]))
@@ -187,13 +198,31 @@ def _baselines(args, data):
     return cases, notes
 
 
+def _slowest(ctx, values):
+    values = np.asarray(values, dtype=np.float64)
+    return allreduce(values, op="max", ctx=ctx) if ctx.size > 1 else values
+
+
 def _timed(ctx, case):
-    """Seconds of one fit: the slowest rank's."""
+    """One fit: the slowest rank's seconds, and the largest rank's peak resident MiB during
+    the fit and its rise above the resident size before it (0 where not measurable)."""
     ctx.barrier()
-    start = time.perf_counter()
-    case.fit()
-    elapsed = time.perf_counter() - start
-    return float(allreduce(elapsed, op="max", ctx=ctx)) if ctx.size > 1 else elapsed
+    with common.resident_peak() as memory:
+        start = time.perf_counter()
+        case.fit()
+        elapsed = time.perf_counter() - start
+    return _slowest(ctx, [elapsed, memory["peak_mib"] or 0.0, memory["added_mib"] or 0.0])
+
+
+def _predict_seconds(ctx, case, repetitions):
+    """Median over ``repetitions`` of the slowest rank's ``predict_proba`` seconds."""
+    times = []
+    for _ in range(repetitions):
+        ctx.barrier()
+        start = time.perf_counter()
+        case.predict()
+        times.append(float(_slowest(ctx, [time.perf_counter() - start])[0]))
+    return float(np.median(times))
 
 
 def _measure_job(args):
@@ -211,18 +240,25 @@ def _measure_job(args):
         notes = {"scikit-learn": "measured in the 1-rank job"}
     for case in cases:
         case.warm_up()
-    seconds = {case.name: [] for case in cases}
+    fits = {case.name: [] for case in cases}
     rounds = max(args.repetitions, args.baseline_repetitions if len(cases) > 1 else 0)
     for round_ in range(rounds):
         first = round_ % len(cases)
         for case in cases[first:] + cases[:first]:
             wanted = args.repetitions if case is ours else args.baseline_repetitions
-            if len(seconds[case.name]) < wanted:
-                seconds[case.name].append(_timed(ctx, case))
+            if len(fits[case.name]) < wanted:
+                fits[case.name].append(_timed(ctx, case))
     records = {}
     for case in cases:
-        records[case.name] = {"fit_seconds": seconds[case.name],
-                              "median_fit_seconds": float(np.median(seconds[case.name])),
+        seconds, peak, added = np.asarray(fits[case.name]).T
+        measured = peak.max() > 0
+        predict = _predict_seconds(ctx, case, PREDICT_REPETITIONS)
+        records[case.name] = {"fit_seconds": seconds.tolist(),
+                              "median_fit_seconds": float(np.median(seconds)),
+                              "fit_peak_resident_mib": float(peak.max()) if measured else None,
+                              "fit_added_resident_mib": float(added.max()) if measured else None,
+                              "predict_proba_seconds": predict,
+                              "predict_proba_rows_per_second": args.test / predict,
                               "accuracy": case.accuracy()}
         if case is not ours:
             records[case.name]["n_jobs"] = case.n_jobs
@@ -252,10 +288,15 @@ def _run_text(run):
     lines = [f"\n{run['ranks']} rank(s): {run['train_rows']} training rows "
              f"({run['local_train_rows']} on rank 0), {run['test_rows']} held out; "
              f"{ours['numba_threads_per_rank']} Numba thread(s) per rank",
-             f"  {'implementation':22s} {'fit s (median)':>15s} {'accuracy':>9s}"]
+             f"  {'implementation':32s} {'fit s (median)':>15s} {'fit MiB peak':>12s} "
+             f"{'(added)':>8s} {'predict rows/s':>15s} {'accuracy':>9s}"]
     for name, record in run["cases"].items():
         jobs = f" (n_jobs={record['n_jobs']})" if "n_jobs" in record else ""
-        lines.append(f"  {name + jobs:22s} {record['median_fit_seconds']:15.2f} "
+        peak, added = record["fit_peak_resident_mib"], record["fit_added_resident_mib"]
+        lines.append(f"  {name + jobs:32s} {record['median_fit_seconds']:15.2f} "
+                     f"{'-' if peak is None else f'{peak:.0f}':>12s} "
+                     f"{'-' if added is None else f'({added:.0f})':>8s} "
+                     f"{record['predict_proba_rows_per_second']:15,.0f} "
                      f"{record['accuracy']:9.4f}")
     for name, note in run.get("baseline_notes", {}).items():
         lines.append(f"  {name}: {note}")
@@ -281,6 +322,11 @@ def _summarize(runs):
                 entry[f"speedup_vs_{name}"] = (other["median_fit_seconds"]
                                                / ours["median_fit_seconds"])
                 entry[f"accuracy_minus_{name}"] = ours["accuracy"] - other["accuracy"]
+                entry[f"predict_speedup_vs_{name}"] = (ours["predict_proba_rows_per_second"]
+                                                       / other["predict_proba_rows_per_second"])
+                if ours["fit_added_resident_mib"] is not None and other["fit_added_resident_mib"]:
+                    entry[f"fit_memory_vs_{name}"] = (ours["fit_added_resident_mib"]
+                                                      / other["fit_added_resident_mib"])
         comparisons[str(n)] = entry
     summary = {}
     for name, short, ranks, least in TARGETS:
@@ -295,6 +341,12 @@ def _summarize(runs):
             "ratio": f"hpcdist held-out accuracy - {name}'s",
             "target": f">= -{TARGET_ACCURACY_GAP:g}", "value": gap,
             "status": "n/a" if gap is None else _status(gap >= -TARGET_ACCURACY_GAP)})
+    for name, short, ranks, most in MEMORY_TARGETS:
+        ratio = comparisons.get(str(ranks), {}).get(f"fit_memory_vs_{name}")
+        summary[f"fit_memory_vs_{short}_at_{ranks}_ranks"] = {
+            "ratio": f"hpcdist's largest rank's resident memory added during fit / {name}'s",
+            "target": f"<= {most:g}", "value": ratio,
+            "status": "n/a" if ratio is None else _status(ratio <= most)}
     checksums = {run["cases"]["hpcdist"]["forest_sha256"] for run in runs.values()}
     return summary, comparisons, len(checksums) == 1
 
@@ -309,6 +361,11 @@ def _summary_text(summary, comparisons, identical):
                 parts.append(f"{value:.2f}x faster than {key[len('speedup_vs_'):]}")
             elif key.startswith("accuracy_minus_"):
                 parts.append(f"accuracy {value:+.4f} vs {key[len('accuracy_minus_'):]}")
+            elif key.startswith("predict_speedup_vs_"):
+                parts.append(f"predict_proba {value:.2f}x {key[len('predict_speedup_vs_'):]}'s "
+                             "rows/s")
+            elif key.startswith("fit_memory_vs_"):
+                parts.append(f"fit memory {value:.2f}x {key[len('fit_memory_vs_'):]}'s")
         lines.append(f"  {n} rank(s): " + "; ".join(parts))
     lines.append(f"  forest identical at every rank count: {identical}")
     lines.append("\nSummary (targets of issues 6 and 19):")
@@ -332,6 +389,8 @@ def _settings(args):
                       "rank's; baselines run in the 1-rank job with n_jobs=cores",
             "targets": {**{f"{name} / hpcdist fit seconds at {ranks} rank(s)": f">= {least:g}"
                            for name, _, ranks, least in TARGETS},
+                        **{f"hpcdist / {name} resident memory added during fit at {ranks} "
+                           f"rank(s)": f"<= {most:g}" for name, _, ranks, most in MEMORY_TARGETS},
                         **{f"hpcdist - {name} held-out accuracy at {ranks} rank(s)":
                            f">= -{TARGET_ACCURACY_GAP:g}" for name, _, ranks, _ in TARGETS}}}
 

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.slow
 
 TARGETS = ("fit_speedup_vs_sklearn_at_2_ranks", "accuracy_vs_sklearn_at_2_ranks",
            "fit_speedup_vs_sklearnex_at_2_ranks", "accuracy_vs_sklearnex_at_2_ranks",
-           "fit_speedup_vs_sklearnex_at_1_ranks", "accuracy_vs_sklearnex_at_1_ranks")
+           "fit_speedup_vs_sklearnex_at_1_ranks", "accuracy_vs_sklearnex_at_1_ranks",
+           "fit_memory_vs_sklearnex_at_1_ranks", "fit_memory_vs_sklearnex_at_2_ranks")
 
 
 def _run(command, cwd, timeout=240):
@@ -44,6 +45,10 @@ def test_one_and_two_ranks_in_one_report(script_run):
         assert len(ours["fit_seconds"]) == QUICK["repetitions"]
         assert ours["median_fit_seconds"] > 0 and 0.5 < ours["accuracy"] <= 1
         assert ours["nodes"] > QUICK["trees"] and ours["numba_threads_per_rank"] >= 1
+        for case in run["cases"].values():
+            assert case["fit_peak_resident_mib"] > case["fit_added_resident_mib"] >= 0
+            assert case["predict_proba_rows_per_second"] == pytest.approx(
+                QUICK["test"] / case["predict_proba_seconds"])
     assert report["runs"]["2"]["cases"]["hpcdist"]["communication"]["allreduce"]["calls"] > 0
 
 
@@ -72,6 +77,9 @@ def test_scikit_learn_baseline_and_summary(script_run):
                                    else ("n/a",)), name
     assert summary["fit_speedup_vs_sklearn_at_2_ranks"]["value"] == pytest.approx(
         comparison["speedup_vs_scikit-learn"])
+    assert comparison["predict_speedup_vs_scikit-learn"] == pytest.approx(
+        report["runs"]["2"]["cases"]["hpcdist"]["predict_proba_rows_per_second"]
+        / baseline["predict_proba_rows_per_second"])
     assert "Summary (targets of issues 6 and 19)" in output and "1 rank(s):" in output
 
 

@@ -3,6 +3,7 @@
 import importlib
 import pathlib
 
+import numpy as np
 import pytest
 
 from hpcdist.bench import common
@@ -40,3 +41,15 @@ def test_cpu_model_names_the_processor():
     names = [line.split(":", 1)[1].strip() for line in proc.read_text().splitlines()
              if line.startswith("model name")]
     assert common.cpu_model() == (names[0] if names else None)
+
+
+def test_resident_peak_sees_memory_touched_inside_the_block():
+    with common.resident_peak() as idle:
+        pass
+    with common.resident_peak() as busy:
+        block = np.ones(64 * common.MIB // 8)
+        del block
+    if busy["peak_mib"] is None:
+        pytest.skip("no /proc/self/clear_refs on this system")
+    assert busy["added_mib"] >= 60 and busy["peak_mib"] >= busy["added_mib"]
+    assert idle["added_mib"] < 16

@@ -7,6 +7,7 @@ computed inside the test on a size-1 context (``hpcdist.Context(MPI.COMM_SELF)``
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from sklearn.metrics import r2_score
 import hpcdist
 from hpcdist.data import make_classification
 from hpcdist.ml import RandomForestClassifier, RandomForestRegressor
+from hpcdist.ml.forest.grow import gathering_fits, training_rows
 from tests.helpers import all_ranks, assert_on_all_ranks, expect_error, mpi_twin, subprocess_env
 
 _SELF = []
@@ -87,7 +89,8 @@ def test_regressor_identical_to_one_rank_fit(local_threshold):
     _check_identical(model, reference, X, f"regressor, local_threshold={local_threshold}")
 
 
-def test_uneven_and_empty_shards_give_the_same_forest():
+@pytest.mark.parametrize("local_threshold", [100, None])
+def test_uneven_and_empty_shards_give_the_same_forest(local_threshold):
     """Rank 0 holds no row at all; the others hold different numbers of rows."""
     rank, size = hpcdist.get_rank(), hpcdist.get_world_size()
     X_all, y_all = make_classification(200 * size + 37, 5, 2, random_state=4,
@@ -96,7 +99,7 @@ def test_uneven_and_empty_shards_give_the_same_forest():
     counts[-1] += len(X_all) - sum(counts)
     start = sum(counts[:rank])
     X, y = X_all[start:start + counts[rank]], y_all[start:start + counts[rank]]
-    options = dict(n_estimators=4, max_bins=16, random_state=0, local_threshold=100)
+    options = dict(n_estimators=4, max_bins=16, random_state=0, local_threshold=local_threshold)
     model = RandomForestClassifier(**options).fit(X, y)
     reference = RandomForestClassifier(comm=_one_rank(), **options).fit(X_all, y_all)
     _check_identical(model, reference, X, "uneven shards")
@@ -110,10 +113,52 @@ def test_growth_paths_give_the_same_forest():
     X, y = _classification(seed=5)
     options = dict(n_estimators=5, max_bins=24, random_state=11, max_features=2)
     vectors = [RandomForestClassifier(local_threshold=t, **options).fit(X, y).get_parameters()
-               for t in (0, 40, 10 ** 9)]
+               for t in (0, 40, 10 ** 9, None)]
     with all_ranks("growth paths"):
-        np.testing.assert_array_equal(vectors[0], vectors[1])
-        np.testing.assert_array_equal(vectors[0], vectors[2])
+        for other in vectors[1:]:
+            np.testing.assert_array_equal(vectors[0], other)
+
+
+@pytest.mark.parametrize("regression", [False, True])
+def test_whole_trees_from_gathered_rows_equal_level_wise_growth(regression):
+    """The default on few ranks: each tree grows whole on one rank from every rank's rows."""
+    X, y = _regression(features=8) if regression else _classification(features=8, seed=9)
+    assert gathering_fits(8, hpcdist.get_world_size())
+    cls = RandomForestRegressor if regression else RandomForestClassifier
+    options = dict(n_estimators=5, max_bins=32, random_state=4, trees_per_batch=3)
+    whole = cls(**options).fit(X, y)
+    level_wise = cls(local_threshold=0, **options).fit(X, y)
+    X_all, y_all = _gathered(X, y)
+    reference = cls(comm=_one_rank(), **options).fit(X_all, y_all)
+    _check_identical(whole, level_wise, X, "whole trees against level-wise growth")
+    _check_identical(whole, reference, X, "whole trees against the 1-rank fit")
+
+
+def test_training_rows_are_gathered_in_global_order_only_when_trees_grow_whole():
+    rank, size = hpcdist.get_rank(), hpcdist.get_world_size()
+    counts = [3 + r for r in range(size)]
+    start = sum(counts[:rank])
+    Xb = np.full((counts[rank], 8), rank, dtype=np.uint8)
+    target = np.arange(start, start + counts[rank], dtype=np.int64)
+    index = np.arange(start, start + counts[rank], dtype=np.int64)
+    settings = {threshold: SimpleNamespace(local_threshold=threshold) for threshold in (None, 5)}
+    ctx = hpcdist.get_context()
+    whole = training_rows(ctx, Xb, target, index, sum(counts), settings[None])
+    mine = training_rows(ctx, Xb, target, index, sum(counts), settings[5])
+    with all_ranks():
+        assert whole.whole_trees and not mine.whole_trees
+        np.testing.assert_array_equal(whole.target, np.arange(sum(counts)))
+        np.testing.assert_array_equal(whole.global_index, np.arange(sum(counts)))
+        np.testing.assert_array_equal(whole.Xb[:, 0], np.repeat(np.arange(size), counts))
+        assert mine.Xb is Xb and mine.target is target and mine.global_index is index
+
+
+def test_gathering_fits_while_the_gathered_rows_are_no_larger_than_a_float64_share():
+    assert gathering_fits(1, 1)                   # one rank gathers nothing
+    assert not gathering_fits(1, 2)               # 2 * 9 bytes a row > 8
+    assert gathering_fits(32, 6)                  # 6 * 40 <= 256
+    assert not gathering_fits(32, 7)              # 7 * 40 > 256
+    assert gathering_fits(8, 4) and not gathering_fits(8, 5)
 
 
 def test_batching_does_not_change_the_forest():
@@ -468,6 +513,10 @@ test_regressor_identical_to_one_rank_fit_mpi = mpi_twin(test_regressor_identical
 test_uneven_and_empty_shards_give_the_same_forest_mpi = mpi_twin(
     test_uneven_and_empty_shards_give_the_same_forest)
 test_growth_paths_give_the_same_forest_mpi = mpi_twin(test_growth_paths_give_the_same_forest)
+test_whole_trees_from_gathered_rows_equal_level_wise_growth_mpi = mpi_twin(
+    test_whole_trees_from_gathered_rows_equal_level_wise_growth)
+test_training_rows_are_gathered_in_global_order_only_when_trees_grow_whole_mpi = mpi_twin(
+    test_training_rows_are_gathered_in_global_order_only_when_trees_grow_whole)
 test_batching_does_not_change_the_forest_mpi = mpi_twin(test_batching_does_not_change_the_forest)
 test_random_state_none_is_shared_by_all_ranks_mpi = mpi_twin(
     test_random_state_none_is_shared_by_all_ranks)

@@ -11,9 +11,11 @@ ranks. How:
 * Split statistics are integers: class counts, or fixed-point regression
   sums (:mod:`.targets`), so sums over ranks are exact and every rank picks
   the same split (:mod:`.histograms`).
-* Large nodes grow level-wise with one allreduce of histograms per level for
-  a batch of trees; small ones are finished on one rank from their gathered
-  rows, with the same split function (:mod:`.grow`, :mod:`._split_kernels`).
+* On few ranks each tree grows whole on one rank from every rank's rows,
+  gathered once; otherwise large nodes grow level-wise with one allreduce
+  of histograms per level for a batch of trees, and small ones are finished
+  on one rank from their gathered rows. Every path uses the same split
+  function (:mod:`.grow`, :mod:`._split_kernels`).
 * Trees are flat arrays; prediction is a Numba traversal (:mod:`.tree`).
 """
 from .binning import BinEdges

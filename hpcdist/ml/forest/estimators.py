@@ -27,7 +27,7 @@ from ._hash_kernels import MAX_BOOTSTRAP_WEIGHT
 from ._predict_kernels import oob_sums
 from ._split_kernels import CRITERIA
 from .binning import BinEdges, find_bin_edges
-from .grow import NO_DEPTH_LIMIT, GrowSettings, grow_trees
+from .grow import NO_DEPTH_LIMIT, GrowSettings, grow_trees, training_rows
 from .sampling import global_row_index
 from .targets import FixedPointTarget, class_fractions
 from .tree import Forest
@@ -247,15 +247,15 @@ class _BaseForest(DistributedEstimator):
                 self.forest_ = Forest.empty(self._n_values())
                 self._bootstrapped = np.zeros(0, dtype=np.uint8)
             settings = self._settings(prepared)
+            rows = training_rows(ctx, prepared.Xb, prepared.target, prepared.global_index,
+                                 prepared.n_global, settings)
             grown = self.forest_.n_trees
             parts, flags = [self.forest_], [self._bootstrapped]
             with self._threads():
                 for start in tqdm(range(grown, int(self.n_estimators), batch), desc=self._name(),
                                   unit="batch", disable=not (self.verbose and ctx.rank == 0)):
                     trees = np.arange(start, min(start + batch, int(self.n_estimators)))
-                    forest, bootstrapped = grow_trees(ctx, prepared.Xb, prepared.target,
-                                                      prepared.global_index, prepared.n_global,
-                                                      trees, settings)
+                    forest, bootstrapped = grow_trees(ctx, rows, trees, settings)
                     parts.append(forest)
                     flags.append(bootstrapped)
                     if saving.enabled:  # the state to save holds every tree so far
@@ -289,10 +289,11 @@ class _BaseForest(DistributedEstimator):
         start = self.forest_.n_trees
         stop = min(start + int(self.trees_per_batch), int(self.n_estimators))
         if stop > start:
+            settings = self._settings(prepared)
+            rows = training_rows(ctx, prepared.Xb, prepared.target, prepared.global_index,
+                                 prepared.n_global, settings)
             with self._threads():
-                forest, flags = grow_trees(ctx, prepared.Xb, prepared.target,
-                                           prepared.global_index, prepared.n_global,
-                                           np.arange(start, stop), self._settings(prepared))
+                forest, flags = grow_trees(ctx, rows, np.arange(start, stop), settings)
             self.forest_ = self.forest_.concatenate(forest)
             self._bootstrapped = np.concatenate([self._bootstrapped, flags])
         return self
@@ -387,19 +388,10 @@ class _BaseForest(DistributedEstimator):
 
 
 def _concatenate(parts, n_values):
-    forest = Forest.empty(n_values)
+    """The forests ``parts`` as one (an empty one when there are none); empties the list."""
     if not parts:
-        return forest
-    arrays = {name: np.concatenate([getattr(p, name) for p in parts])
-              for name in ("feature", "threshold_bin", "threshold", "left", "right", "value",
-                           "n_node_samples", "impurity_decrease")}
-    sizes = [p.n_nodes for p in parts]
-    offsets = [parts[0].tree_offsets]
-    base = sizes[0]
-    for part, size in zip(parts[1:], sizes[1:]):
-        offsets.append(part.tree_offsets[1:] + base)
-        base += size
-    return Forest(np.concatenate(offsets), **arrays)
+        return Forest.empty(n_values)
+    return Forest.join(parts)
 
 
 _DOC_PARAMETERS = """
@@ -435,9 +427,13 @@ _DOC_PARAMETERS = """
         also the trees added per ``train_epoch``. Does not change the forest.
     local_threshold : int or None, default=None
         Nodes with at most this many (bootstrap-weighted) rows are grown to
-        the end on one rank from their gathered rows; None: the rows of one
-        rank's share (``n_samples // n_ranks``); 0: every level through
-        allreduce. Does not change the forest, only where work happens.
+        the end on one rank from their gathered rows; 0: every level through
+        allreduce. None: every tree grows whole on one rank from every rank's
+        rows, gathered once per fit, when they fit in one rank's share of the
+        input as float64 (``n_ranks * (n_features + 8) <= 8 * n_features``,
+        always on one rank); otherwise the rows of one rank's share
+        (``n_samples // n_ranks``). Does not change the forest, only where
+        work happens.
 """
 
 
@@ -445,9 +441,11 @@ class RandomForestClassifier(DistributedClassifierMixin, _BaseForest):
     __doc__ = """Random forest classifier over rows partitioned across MPI ranks.
 
     Histogram trees: features are cut into at most ``max_bins`` global
-    quantile bins; trees of a batch grow level by level with one allreduce
-    of integer class-count histograms per level, small nodes are finished on
-    one rank. ``predict_proba`` averages the trees' leaf class fractions.
+    quantile bins. On few ranks each tree grows whole on one rank from every
+    rank's binned rows; otherwise trees of a batch grow level by level with
+    one allreduce of integer class-count histograms per level, and small
+    nodes are finished on one rank. ``predict_proba`` averages the trees'
+    leaf class fractions.
 
     Parameters
     ----------""" + _DOC_PARAMETERS.format(criteria='{"gini", "entropy", "log_loss"}',

@@ -1,6 +1,15 @@
 """Growing a batch of trees over row-partitioned data.
 
-Two paths, chosen per node by its global (bootstrap-weighted) row count ``W``:
+Whole trees (the default on one rank, and on few ranks; :func:`training_rows`)
+    Every rank's binned rows are gathered on every rank once per fit, and
+    tree ``i`` of a batch grows whole on rank ``i % n_ranks``, depth first;
+    one ``allgather`` shares the trees. No level-wise step and no exchange
+    of rows per batch: on 2 ranks this made a fit 1.15x faster. Chosen when
+    the gathered rows (``n_features + 8`` bytes each) take no more memory
+    than a rank's share of the input as float64.
+
+Otherwise two paths, chosen per node by its global (bootstrap-weighted) row
+count ``W``:
 
 Level-wise over ranks (``W > local_threshold``)
     All open nodes of all trees of the batch advance one level together:
@@ -16,7 +25,7 @@ Whole subtree on one rank (``W <= local_threshold``, PLANET style)
     rank, and grow theirs in parallel Numba threads; one ``allgather``
     shares the subtrees.
 
-Both paths make the same decision for the same node (the same feature
+All paths make the same decision for the same node (the same feature
 draws, the same integer statistics, the same split function, see
 :mod:`._split_kernels`), so the threshold only moves work between
 ranks: the forest is the same for any threshold and any number of ranks.
@@ -24,10 +33,10 @@ Why a threshold at all: a histogram costs ``features x bins x channels``
 integers however few rows its node has, so deep levels, with thousands of
 small nodes, would allreduce mostly empty histograms; a row costs
 ``n_features + 8`` bytes to send once. The default threshold
-``n_samples // n_ranks`` keeps the top levels, where every node is large,
-distributed, and hands the rest out as subtrees of at most one rank's share
-of rows (a bounded amount of memory per rank); on one rank every tree is one
-subtree (no communication at all).
+``n_samples // n_ranks`` (where whole trees are not chosen) keeps the top
+levels, where every node is large, distributed, and hands the rest out as
+subtrees of at most one rank's share of rows (a bounded amount of memory
+per rank).
 
 Feature draws follow scikit-learn: a node visits ``max_features`` features
 of its random order, and carries on until one of them is not constant in
@@ -45,7 +54,8 @@ from .histograms import plan_level, reduce_level
 from .sampling import assign_owners, bootstrap
 from .tree import Forest
 
-__all__ = ["GrowSettings", "grow_trees", "NO_DEPTH_LIMIT"]
+__all__ = ["GrowSettings", "TrainingRows", "training_rows", "gathering_fits", "grow_trees",
+           "NO_DEPTH_LIMIT"]
 
 NO_DEPTH_LIMIT = np.iinfo(np.int64).max // 2
 _OPEN, _LEAF, _SPLIT, _TASK = 0, 1, 2, 3
@@ -185,7 +195,7 @@ def _is_leaf(stats, depth, settings):
 def _local_threshold(settings, ctx, n_global):
     if settings.local_threshold is not None:
         return int(settings.local_threshold)
-    return n_global if ctx.size == 1 else n_global // ctx.size
+    return n_global // ctx.size
 
 
 # -- level-wise growth ---------------------------------------------------------------------------
@@ -338,6 +348,58 @@ def _exchange_task_rows(ctx, data, nodes, tasks, owners):
     return Xb, target.astype(np.int64), task, rows, weights
 
 
+def _grow_sorted(Xb, target, rows, weights, lo, hi, keys, depths, settings):
+    """Grow the subtrees whose rows are ``rows[lo[t]:hi[t]]`` (this rank's, in parallel).
+
+    Returns
+    -------
+    packed : ndarray of int64, shape (n_nodes, 4 + channels)
+        Every subtree's nodes in preorder, one after the other: feature, bin,
+        right child (from the subtree's first node), stats, and the impurity
+        decrease's float64 bits.
+    count : ndarray of int64
+        Nodes of each subtree.
+    """
+    capacity = 2 * (hi - lo) - 1
+    base = np.concatenate([[0], np.cumsum(capacity)[:-1]]).astype(np.int64)
+    total = int(capacity.sum()) if len(capacity) else 0
+    channels = settings.channels
+    grown = new_subtree_nodes(total, channels)
+    feature, bins, right, stats, decrease = grown
+    count = np.zeros(len(lo), dtype=np.int64)
+    if len(lo):
+        grow_subtrees(Xb, target, np.ascontiguousarray(rows, dtype=np.int64),
+                      np.ascontiguousarray(weights, dtype=np.uint8),
+                      SubtreeTasks(lo.astype(np.int64), hi.astype(np.int64), keys,
+                                   depths.astype(np.int64), base),
+                      settings.split_settings, grown, count)
+    keep = np.concatenate([np.arange(b, b + c) for b, c in zip(base, count)]) if len(
+        lo) else np.zeros(0, dtype=np.int64)
+    packed = np.empty((len(keep), 4 + channels), dtype=np.int64)
+    packed[:, 0], packed[:, 1], packed[:, 2] = feature[keep], bins[keep], right[keep]
+    packed[:, 3:3 + channels] = stats[keep]
+    packed[:, 3 + channels] = decrease[keep].view(np.int64)
+    return packed, count
+
+
+def _share_blocks(ctx, packed, table):
+    """Every rank's grown subtrees, on every rank (collective: two allgathers).
+
+    ``table`` has a row per subtree of this rank: its index, its number of
+    nodes, then any further columns. Returns ``{index: nodes}`` and the
+    gathered table.
+    """
+    if ctx.size > 1:
+        packed = allgather(packed, ctx=ctx)
+        table = allgather(table, ctx=ctx)
+    blocks = {}
+    offset = 0
+    for row in table:
+        blocks[int(row[0])] = packed[offset:offset + row[1]]
+        offset += row[1]
+    return blocks, table
+
+
 def _grow_tasks(ctx, data, nodes, tasks, settings):
     """Grow every task's subtree on its owner; returns each task's nodes (on every rank)."""
     owners = assign_owners(nodes.weight[tasks], ctx.size)
@@ -348,38 +410,38 @@ def _grow_tasks(ctx, data, nodes, tasks, settings):
         Xb, target, task, rows, weights = _exchange_task_rows(ctx, data, nodes, tasks, owners)
     mine = np.flatnonzero(owners == ctx.rank)
     order = np.argsort(task, kind="stable")
-    rows = np.ascontiguousarray(rows[order], dtype=np.int64)
-    weights = np.ascontiguousarray(weights[order], dtype=np.uint8)
     lo = np.searchsorted(task[order], mine, side="left")
     hi = np.searchsorted(task[order], mine, side="right")
-    capacity = 2 * (hi - lo) - 1
-    base = np.concatenate([[0], np.cumsum(capacity)[:-1]]).astype(np.int64)
-    total = int(capacity.sum()) if len(capacity) else 0
-    channels = settings.channels
-    grown = new_subtree_nodes(total, channels)
-    feature, bins, right, stats, decrease = grown
-    count = np.zeros(len(mine), dtype=np.int64)
-    if len(mine):
-        grow_subtrees(Xb, target, rows, weights,
-                      SubtreeTasks(lo.astype(np.int64), hi.astype(np.int64),
-                                   nodes.key[tasks[mine]], nodes.depth[tasks[mine]], base),
-                      settings.split_settings, grown, count)
-    keep = np.concatenate([np.arange(b, b + c) for b, c in zip(base, count)]) if len(
-        mine) else np.zeros(0, dtype=np.int64)
-    packed = np.empty((len(keep), 4 + channels), dtype=np.int64)
-    packed[:, 0], packed[:, 1], packed[:, 2] = feature[keep], bins[keep], right[keep]
-    packed[:, 3:3 + channels] = stats[keep]
-    packed[:, 3 + channels] = decrease[keep].view(np.int64)
-    table = np.stack([mine, count], axis=1).astype(np.int64)
-    if ctx.size > 1:
-        packed = allgather(packed, ctx=ctx)
-        table = allgather(table, ctx=ctx)
-    blocks = {}
-    offset = 0
-    for task, n in table:
-        blocks[int(task)] = packed[offset:offset + n]
-        offset += n
+    packed, count = _grow_sorted(Xb, target, rows[order], weights[order], lo, hi,
+                                 nodes.key[tasks[mine]], nodes.depth[tasks[mine]], settings)
+    blocks, _ = _share_blocks(ctx, packed, np.stack([mine, count], axis=1).astype(np.int64))
     return blocks
+
+
+def _grow_whole_trees(ctx, rows, trees, settings):
+    """Grow the trees ``trees`` whole, each on one rank from the gathered rows (collective).
+
+    Tree ``i`` of the batch grows on rank ``i % size``; one allgather shares them.
+    """
+    mine = np.flatnonzero(np.arange(len(trees)) % ctx.size == ctx.rank)
+    weights = bootstrap(settings.seed, trees[mine], rows.global_index, settings.bootstrap)
+    empty = ~weights.any(axis=1)
+    weights[empty] = 1
+    parts = [np.flatnonzero(w) for w in weights]
+    lengths = np.array([len(part) for part in parts], dtype=np.int64)
+    in_bag = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    hi = np.cumsum(lengths)
+    keys = np.empty(len(mine), dtype=np.uint64)
+    root_keys(settings.seed, trees[mine], keys)
+    packed, count = _grow_sorted(rows.Xb, rows.target, in_bag,
+                                 weights[np.repeat(np.arange(len(mine)), lengths), in_bag],
+                                 hi - lengths, hi, keys, np.zeros(len(mine), dtype=np.int64),
+                                 settings)
+    table = np.stack([mine, count, ~empty], axis=1).astype(np.int64)
+    blocks, table = _share_blocks(ctx, packed, table)
+    bootstrapped = np.empty(len(trees), dtype=np.uint8)
+    bootstrapped[table[:, 0]] = table[:, 2]
+    return _to_forest([blocks[i] for i in range(len(trees))], settings), bootstrapped
 
 
 # -- assembly ------------------------------------------------------------------------------------
@@ -437,18 +499,60 @@ def _to_forest(trees, settings):
 
 # -- the batch -----------------------------------------------------------------------------------
 
-def grow_trees(ctx, Xb, target, global_index, n_global, trees, settings):
+class TrainingRows:
+    """The binned rows that trees grow from.
+
+    Attributes
+    ----------
+    Xb : ndarray of uint8, shape (n, n_features)
+    target : ndarray of int64, shape (n,)
+    global_index : ndarray of int64, shape (n,)
+    n_global : int
+    whole_trees : bool
+        True: every tree grows whole on one rank, and on more than one rank
+        these are every rank's rows in global order; False: this rank's rows
+        only, and large nodes grow level-wise over ranks.
+    """
+
+    def __init__(self, Xb, target, global_index, n_global, whole_trees):
+        self.Xb, self.target, self.global_index = Xb, target, global_index
+        self.n_global, self.whole_trees = n_global, whole_trees
+
+
+def gathering_fits(n_features, n_ranks):
+    """Whether every rank may hold every rank's binned rows.
+
+    True on one rank, or when they take no more memory than a rank's
+    average share of the input as float64: ``n_ranks * (n_features + 8)``
+    bytes a row (uint8 bins and an int64 target) against ``8 * n_features``.
+    """
+    return n_ranks == 1 or n_ranks * (n_features + 8) <= 8 * n_features
+
+
+def training_rows(ctx, Xb, target, global_index, n_global, settings):
+    """The rows to grow from: gathered on every rank (collective) when trees grow whole.
+
+    Trees grow whole when ``settings.local_threshold`` is None and
+    :func:`gathering_fits`; this rank's rows are then sent to every rank once
+    for the whole fit, instead of the rows of every subtree once per batch.
+    """
+    whole = settings.local_threshold is None and gathering_fits(Xb.shape[1], ctx.size)
+    if not whole or ctx.size == 1:
+        return TrainingRows(Xb, target, global_index, n_global, whole)
+    # rank r's rows are global rows sum(counts[:r]) + arange(counts[r]): in rank order,
+    # the gathered rows are in global order
+    return TrainingRows(allgather(Xb, ctx=ctx), allgather(target, ctx=ctx),
+                        np.arange(n_global, dtype=np.int64), n_global, True)
+
+
+def grow_trees(ctx, rows, trees, settings):
     """Grow the trees ``trees`` (global tree indices) on every rank's rows (collective).
 
     Parameters
     ----------
     ctx : Context
-    Xb : ndarray of uint8, shape (n_local, n_features)
-        This rank's binned rows.
-    target : ndarray of int64, shape (n_local,)
-        Class codes or fixed-point regression targets.
-    global_index : ndarray of int64, shape (n_local,)
-    n_global : int
+    rows : TrainingRows
+        From :func:`training_rows` (the same ``settings``).
     trees : sequence of int
     settings : GrowSettings
 
@@ -460,6 +564,9 @@ def grow_trees(ctx, Xb, target, global_index, n_global, trees, settings):
         0 for a tree whose bootstrap drew no row at all (it used every row once).
     """
     trees = np.asarray(trees, dtype=np.int64)
+    if rows.whole_trees:
+        return _grow_whole_trees(ctx, rows, trees, settings)
+    Xb, target, global_index, n_global = rows.Xb, rows.target, rows.global_index, rows.n_global
     weights = bootstrap(settings.seed, trees, global_index, settings.bootstrap)
     in_bag = weights.sum(axis=1, dtype=np.int64)
     if ctx.size > 1:

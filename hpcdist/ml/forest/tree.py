@@ -8,6 +8,8 @@ __all__ = ["Forest"]
 
 _INT_FIELDS = ("feature", "threshold_bin", "left", "right")
 _FLOAT_FIELDS = ("threshold", "n_node_samples", "impurity_decrease")
+_NODE_FIELDS = ("feature", "threshold_bin", "threshold", "left", "right", "value",
+                "n_node_samples", "impurity_decrease")
 
 
 class Forest:
@@ -91,9 +93,27 @@ class Forest:
         """This forest's trees followed by ``other``'s."""
         offsets = np.concatenate([self.tree_offsets, other.tree_offsets[1:] + self.n_nodes])
         return Forest(offsets, *(np.concatenate([getattr(self, name), getattr(other, name)])
-                                 for name in ("feature", "threshold_bin", "threshold", "left",
-                                              "right", "value", "n_node_samples",
-                                              "impurity_decrease")))
+                                 for name in _NODE_FIELDS))
+
+    @classmethod
+    def join(cls, parts):
+        """The trees of the forests in the list ``parts``, in order, as one forest.
+
+        Empties ``parts`` and lets go of each node array once it is copied, so
+        that the memory needed beyond the parts is one array, not a second forest.
+        """
+        sizes = np.array([part.n_nodes for part in parts], dtype=np.int64)
+        bases = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        offsets = np.concatenate([parts[0].tree_offsets[:1]]
+                                 + [part.tree_offsets[1:] + base
+                                    for part, base in zip(parts, bases)])
+        arrays = {}
+        for name in _NODE_FIELDS:
+            arrays[name] = np.concatenate([getattr(part, name) for part in parts])
+            for part in parts:
+                setattr(part, name, None)
+        parts.clear()
+        return cls(offsets, **arrays)
 
     def mean_values(self, X):
         """Mean over the trees of each row's leaf value: ndarray (n_rows, n_values)."""

@@ -4,6 +4,8 @@ import math
 import numpy as np
 import pytest
 
+from hpcdist.data import make_classification
+from hpcdist.ml import RandomForestClassifier
 from hpcdist.ml.forest._bin_kernels import ROW_BLOCK, bin_columns
 from hpcdist.ml.forest._hash_kernels import (
     MAX_BOOTSTRAP_WEIGHT,
@@ -318,5 +320,26 @@ def test_forest_mean_values_traverses_every_tree():
     value = np.array([[0.5, 0.5], [1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])
     X = np.array([[0.0], [0.5], [0.7]])
     out = np.empty((3, 2))
-    forest_mean_values(X, offsets, feature, threshold, left, right, value, out)
+    forest_mean_values(X, offsets, feature, threshold, left, right, value, 8, out)
     np.testing.assert_allclose(out, [[0.75, 0.25], [0.75, 0.25], [0.25, 0.75]])
+
+
+@pytest.mark.parametrize("block", [8, 16, 40, 1000])
+def test_forest_mean_values_in_blocks_and_lanes_equals_one_row_at_a_time(block):
+    """Rows in blocks, tree after tree, several rows a step: the same sums in the same order."""
+    X, y = make_classification(600, 6, 3, random_state=3)
+    forest = RandomForestClassifier(7, max_bins=32, random_state=1).fit(X, y).forest_
+    rows = X[:397]  # not a multiple of the lanes or of the blocks
+    expected = np.zeros((len(rows), forest.n_values))
+    for i, row in enumerate(rows):
+        for t in range(forest.n_trees):
+            base = node = forest.tree_offsets[t]
+            while forest.feature[node] >= 0:
+                go_left = row[forest.feature[node]] <= forest.threshold[node]
+                node = base + (forest.left[node] if go_left else forest.right[node])
+            expected[i] += forest.value[node]
+    expected /= forest.n_trees
+    out = np.full_like(expected, np.nan)
+    forest_mean_values(rows, forest.tree_offsets, forest.feature, forest.threshold, forest.left,
+                       forest.right, forest.value, block, out)
+    np.testing.assert_array_equal(out, expected)

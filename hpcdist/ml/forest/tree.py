@@ -1,11 +1,14 @@
 """A forest as flat arrays: every tree's nodes in preorder, trees concatenated."""
+import numba
 import numpy as np
 
 from ...exceptions import InvalidArgumentError
-from ._predict_kernels import forest_mean_values
+from ._predict_kernels import LANES, forest_mean_values
 
 __all__ = ["Forest"]
 
+#: The most rows a thread predicts tree after tree (8,192 rows of 32 float64 features: 2 MiB).
+PREDICT_BLOCK = 8192
 _INT_FIELDS = ("feature", "threshold_bin", "left", "right")
 _FLOAT_FIELDS = ("threshold", "n_node_samples", "impurity_decrease")
 _NODE_FIELDS = ("feature", "threshold_bin", "threshold", "left", "right", "value",
@@ -119,8 +122,11 @@ class Forest:
         """Mean over the trees of each row's leaf value: ndarray (n_rows, n_values)."""
         out = np.empty((len(X), self.n_values), dtype=np.float64)
         if len(X):
+            # blocks for every thread, of up to PREDICT_BLOCK rows
+            block = -(-len(X) // numba.get_num_threads())
+            block = min(PREDICT_BLOCK, max(LANES, -(-block // LANES) * LANES))
             forest_mean_values(X, self.tree_offsets, self.feature, self.threshold, self.left,
-                               self.right, self.value, out)
+                               self.right, self.value, block, out)
         return out
 
     def feature_importances(self, n_features):

@@ -17,6 +17,7 @@ from sklearn.metrics import r2_score
 import hpcdist
 from hpcdist.data import make_classification
 from hpcdist.ml import RandomForestClassifier, RandomForestRegressor
+from hpcdist.ml.forest.binning import FEATURES_PER_PASS, find_bin_edges
 from hpcdist.ml.forest.grow import gathering_fits, training_rows
 from tests.helpers import all_ranks, assert_on_all_ranks, expect_error, mpi_twin, subprocess_env
 
@@ -159,6 +160,23 @@ def test_gathering_fits_while_the_gathered_rows_are_no_larger_than_a_float64_sha
     assert gathering_fits(32, 6)                  # 6 * 40 <= 256
     assert not gathering_fits(32, 7)              # 7 * 40 > 256
     assert gathering_fits(8, 4) and not gathering_fits(8, 5)
+
+
+def test_bin_edges_from_several_passes_equal_the_one_rank_edges():
+    """More features than one pass of sample columns carries; a rank without rows."""
+    rank, size = hpcdist.get_rank(), hpcdist.get_world_size()
+    n_features = FEATURES_PER_PASS * size * 2 + 3
+    X_all = np.random.default_rng(8).normal(size=(450, n_features)).round(2)
+    counts = [0] + [450 // (size - 1)] * (size - 1) if size > 1 else [450]
+    counts[-1] += 450 - sum(counts)
+    X = X_all[sum(counts[:rank]):sum(counts[:rank + 1])]
+    index = np.arange(sum(counts[:rank]), sum(counts[:rank + 1]))
+    edges = find_bin_edges(hpcdist.get_context(), X, index, 450, 16, np.uint64(5), 300)
+    reference = find_bin_edges(_one_rank(), X_all, np.arange(450), 450, 16, np.uint64(5), 300)
+    with all_ranks("bin edges"):
+        np.testing.assert_array_equal(edges.offsets, reference.offsets)
+        np.testing.assert_array_equal(edges.edges, reference.edges)
+        assert edges.n_features == n_features
 
 
 def test_batching_does_not_change_the_forest():
@@ -513,6 +531,8 @@ test_regressor_identical_to_one_rank_fit_mpi = mpi_twin(test_regressor_identical
 test_uneven_and_empty_shards_give_the_same_forest_mpi = mpi_twin(
     test_uneven_and_empty_shards_give_the_same_forest)
 test_growth_paths_give_the_same_forest_mpi = mpi_twin(test_growth_paths_give_the_same_forest)
+test_bin_edges_from_several_passes_equal_the_one_rank_edges_mpi = mpi_twin(
+    test_bin_edges_from_several_passes_equal_the_one_rank_edges)
 test_whole_trees_from_gathered_rows_equal_level_wise_growth_mpi = mpi_twin(
     test_whole_trees_from_gathered_rows_equal_level_wise_growth)
 test_training_rows_are_gathered_in_global_order_only_when_trees_grow_whole_mpi = mpi_twin(

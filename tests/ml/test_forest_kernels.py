@@ -6,6 +6,7 @@ import pytest
 
 from hpcdist.data import make_classification
 from hpcdist.ml import RandomForestClassifier
+from hpcdist.ml.forest import Forest
 from hpcdist.ml.forest._bin_kernels import ROW_BLOCK, bin_columns
 from hpcdist.ml.forest._hash_kernels import (
     MAX_BOOTSTRAP_WEIGHT,
@@ -312,23 +313,33 @@ def test_chunk_histograms_of_small_and_large_nodes_match_numpy(n_rows):
 
 def test_forest_mean_values_traverses_every_tree():
     # tree 0: x0 <= 0.5 ? [1, 0] : [0, 1]; tree 1: a single leaf [0.5, 0.5]
-    offsets = np.array([0, 3, 4], dtype=np.int64)
-    feature = np.array([0, -1, -1, -1], dtype=np.int32)
-    threshold = np.array([0.5, 0, 0, 0])
-    left = np.array([1, -1, -1, -1], dtype=np.int32)
-    right = np.array([2, -1, -1, -1], dtype=np.int32)
-    value = np.array([[0.5, 0.5], [1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])
-    X = np.array([[0.0], [0.5], [0.7]])
-    out = np.empty((3, 2))
-    forest_mean_values(X, offsets, feature, threshold, left, right, value, 8, out)
-    np.testing.assert_allclose(out, [[0.75, 0.25], [0.75, 0.25], [0.25, 0.75]])
+    forest = Forest(tree_offsets=[0, 3, 4], feature=[0, -1, -1, -1], threshold_bin=[3, -1, -1, -1],
+                    threshold=[0.5, 0, 0, 0], left=[1, -1, -1, -1], right=[2, -1, -1, -1],
+                    value=[[0.5, 0.5], [1.0, 0.0], [0.0, 1.0], [0.5, 0.5]],
+                    n_node_samples=[4, 2, 2, 4], impurity_decrease=[1, 0, 0, 0])
+    expected = [[0.75, 0.25], [0.75, 0.25], [0.25, 0.75]]
+    np.testing.assert_allclose(forest.mean_values(np.array([[0.0], [0.5], [0.7]])), expected)
+    bins = np.array([[0], [3], [4]], dtype=np.uint8)
+    np.testing.assert_allclose(forest.mean_values_binned(bins), expected)
+
+
+def test_a_forest_not_in_preorder_is_refused():
+    forest = Forest(tree_offsets=[0, 3], feature=[0, -1, -1], threshold_bin=[3, -1, -1],
+                    threshold=[0.5, 0, 0], left=[2, -1, -1], right=[1, -1, -1],
+                    value=[[0.5], [1.0], [0.0]], n_node_samples=[4, 2, 2],
+                    impurity_decrease=[1, 0, 0])
+    with pytest.raises(ValueError, match="preorder"):
+        forest.mean_values(np.zeros((1, 1)))
 
 
 @pytest.mark.parametrize("block", [8, 16, 40, 1000])
-def test_forest_mean_values_in_blocks_and_lanes_equals_one_row_at_a_time(block):
-    """Rows in blocks, tree after tree, several rows a step: the same sums in the same order."""
+@pytest.mark.parametrize("binned", [False, True])
+def test_forest_mean_values_in_blocks_and_lanes_equals_one_row_at_a_time(block, binned):
+    """Rows in blocks, tree after tree, several rows a step, raw or binned: the same sums in
+    the same order as a plain traversal of raw values."""
     X, y = make_classification(600, 6, 3, random_state=3)
-    forest = RandomForestClassifier(7, max_bins=32, random_state=1).fit(X, y).forest_
+    model = RandomForestClassifier(7, max_bins=32, random_state=1).fit(X, y)
+    forest = model.forest_
     rows = X[:397]  # not a multiple of the lanes or of the blocks
     expected = np.zeros((len(rows), forest.n_values))
     for i, row in enumerate(rows):
@@ -340,6 +351,11 @@ def test_forest_mean_values_in_blocks_and_lanes_equals_one_row_at_a_time(block):
             expected[i] += forest.value[node]
     expected /= forest.n_trees
     out = np.full_like(expected, np.nan)
-    forest_mean_values(rows, forest.tree_offsets, forest.feature, forest.threshold, forest.left,
-                       forest.right, forest.value, block, out)
+    if binned:
+        forest.mean_values_binned(model.bin_edges_.transform(rows[:1]))  # makes the bin thresholds
+        arguments = (model.bin_edges_.transform(rows), forest._bin_thresholds)
+    else:
+        arguments = (rows, forest.threshold)
+    forest_mean_values(arguments[0], forest.tree_offsets, forest._split_links(), arguments[1],
+                       forest.value, block, out)
     np.testing.assert_array_equal(out, expected)

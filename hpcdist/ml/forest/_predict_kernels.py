@@ -24,7 +24,7 @@ LANES = 8
 
 
 @njit(**EXACT)
-def _leaves_of(X, lo, hi, tree_base, feature, threshold, left, right, node):
+def _leaves_of(rows, lo, hi, tree_base, links, thresholds, node):
     """Leaves of rows ``lo:hi`` (at most :data:`LANES`) in one tree, into ``node``."""
     for j in range(hi - lo):
         node[j] = tree_base
@@ -33,23 +33,27 @@ def _leaves_of(X, lo, hi, tree_base, feature, threshold, left, right, node):
         moving = False
         for j in range(hi - lo):
             at = node[j]
-            f = feature[at]
-            if f >= 0:
+            link = links[at]
+            if link >= 0:
                 moving = True
-                if X[lo + j, f] <= threshold[at]:
-                    node[j] = tree_base + left[at]
+                if rows[lo + j, link & 0xFFFFFFFF] <= thresholds[at]:
+                    node[j] = at + 1
                 else:
-                    node[j] = tree_base + right[at]
+                    node[j] = tree_base + (link >> 32)
 
 
 @njit(**EXACT_PARALLEL)
-def forest_mean_values(X, tree_offsets, feature, threshold, left, right, value, block, out):
+def forest_mean_values(rows, tree_offsets, links, thresholds, value, block, out):
     """``out[i]`` = the mean over trees of the value of row ``i``'s leaf (trees in order).
 
-    Blocks of ``block`` rows in parallel; within a block, tree after tree,
-    so that a tree's nodes are reused from cache by many rows.
+    ``links[n]``: ``right << 32 | feature`` of a split node ``n`` (its left
+    child is ``n + 1``, trees being in preorder), -1 at leaves; a row goes
+    left when ``rows[i, feature] <= thresholds[n]``: raw values against
+    float thresholds, or bins against bin thresholds. Blocks of ``block``
+    rows in parallel; within a block, tree after tree, so that a tree's
+    nodes are reused from cache by many rows.
     """
-    n_rows, n_values = X.shape[0], value.shape[1]
+    n_rows, n_values = rows.shape[0], value.shape[1]
     n_trees = tree_offsets.shape[0] - 1
     for b in prange((n_rows + block - 1) // block):
         start, stop = b * block, min(n_rows, (b + 1) * block)
@@ -58,7 +62,7 @@ def forest_mean_values(X, tree_offsets, feature, threshold, left, right, value, 
         for t in range(n_trees):
             for lo in range(start, stop, LANES):
                 hi = min(stop, lo + LANES)
-                _leaves_of(X, lo, hi, tree_offsets[t], feature, threshold, left, right, node)
+                _leaves_of(rows, lo, hi, tree_offsets[t], links, thresholds, node)
                 for j in range(hi - lo):
                     for c in range(n_values):
                         out[lo + j, c] += value[node[j], c]

@@ -15,14 +15,16 @@ values with that threshold.
 """
 import numpy as np
 
-from ...comm import allgather, allgather_object
+from ...comm import allgather, allgather_object, alltoall
 from ._bin_kernels import bin_columns
 from .sampling import row_sample
 
-__all__ = ["BinEdges", "find_bin_edges", "SAMPLE_SIZE"]
+__all__ = ["BinEdges", "find_bin_edges", "SAMPLE_SIZE", "FEATURES_PER_PASS"]
 
 #: rows sampled (over all ranks) to place the bin edges
 SAMPLE_SIZE = 100_000
+#: features whose sample columns a rank receives at a time
+FEATURES_PER_PASS = 8
 
 
 class BinEdges:
@@ -78,8 +80,10 @@ def _feature_edges(column, max_bins):
 def find_bin_edges(ctx, X, global_index, n_global, max_bins, seed, sample_size=SAMPLE_SIZE):
     """Bin edges from a rank-count independent sample of all ranks' rows (collective).
 
-    The sample is gathered on every rank; each rank places the edges of
-    every ``size``-th feature and the edges are shared.
+    Rank ``f % size`` places the edges of feature ``f`` from the whole
+    sample's column, and the edges are shared. The columns travel
+    :data:`FEATURES_PER_PASS` per rank at a time (one alltoall each), so that
+    no rank holds more of the sample than that.
 
     Parameters
     ----------
@@ -97,14 +101,26 @@ def find_bin_edges(ctx, X, global_index, n_global, max_bins, seed, sample_size=S
     -------
     BinEdges
     """
-    mask = row_sample(seed, global_index, n_global, sample_size)
-    sample = np.ascontiguousarray(X[mask], dtype=np.float64)
-    n_features = X.shape[1]
-    if ctx.size > 1:
-        sample = allgather(sample, ctx=ctx)
-    mine = {f: _feature_edges(np.sort(sample[:, f]), max_bins)
-            for f in range(ctx.rank, n_features, ctx.size)}
-    if ctx.size > 1:
+    rows = np.flatnonzero(row_sample(seed, global_index, n_global, sample_size))
+    n_features, size, rank = X.shape[1], ctx.size, ctx.rank
+    sampled = [len(rows)] if size == 1 else [
+        int(n) for n in allgather(np.array([len(rows)], dtype=np.int64), ctx=ctx)]
+    mine = {}
+    step = FEATURES_PER_PASS * size
+    for start in range(0, n_features, step):
+        chunk = np.arange(start, min(start + step, n_features))
+        local = np.asarray(X[np.ix_(rows, chunk)], dtype=np.float64)
+        # feature chunk[i] is rank (i % size)'s: its columns go there, one after the other
+        parts = [local[:, r::size].T.ravel() for r in range(size)]
+        received = parts[0] if size == 1 else alltoall(
+            np.concatenate(parts), counts=[len(part) for part in parts], ctx=ctx)
+        features = chunk[rank::size]
+        blocks = np.split(received, np.cumsum([len(features) * n for n in sampled])[:-1])
+        columns = np.concatenate([block.reshape(len(features), n)
+                                  for block, n in zip(blocks, sampled)], axis=1)
+        for f, column in zip(features, columns):
+            mine[int(f)] = _feature_edges(np.sort(column), max_bins)
+    if size > 1:
         for theirs in allgather_object(mine, ctx=ctx):
             mine.update(theirs)
     edges = [mine[f] for f in range(n_features)]

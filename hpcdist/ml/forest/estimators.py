@@ -305,7 +305,7 @@ class _BaseForest(DistributedEstimator):
             raise InvalidArgumentError(
                 f"{self._name()}: no tree grown yet; call fit or train_epoch first")
         with self._threads():
-            return self.forest_.mean_values(X)
+            return self.forest_.mean_values_binned(self.bin_edges_.transform(X))
 
     @property
     def feature_importances_(self):

@@ -140,11 +140,15 @@ def cpu_model():
 
 
 def _status_kib(field):
-    with open("/proc/self/status") as stream:
-        for line in stream:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise OSError(f"no {field} in /proc/self/status")
+    """A ``/proc/self/status`` size in KiB (``VmRSS``, ``VmHWM``), None where there is none."""
+    try:
+        with open("/proc/self/status") as stream:
+            for line in stream:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def _release_free_heap():
@@ -168,17 +172,17 @@ def resident_peak():
     """
     result = {"peak_mib": None, "added_mib": None}
     _release_free_heap()
+    before = _status_kib("VmRSS")
     try:
-        before = _status_kib("VmRSS")
         with open("/proc/self/clear_refs", "w") as stream:
             stream.write("5")  # reset VmHWM to the current resident size
     except OSError:
-        yield result
-        return
+        before = None
     yield result
     peak = _status_kib("VmHWM")
-    result["peak_mib"] = peak / 1024
-    result["added_mib"] = max(0, peak - before) / 1024
+    if before is not None and peak is not None:
+        result["peak_mib"] = peak / 1024
+        result["added_mib"] = max(0, peak - before) / 1024
 
 
 def idle_until_all_arrive(ctrl, poll_seconds=0.002):

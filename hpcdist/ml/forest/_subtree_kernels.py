@@ -27,7 +27,7 @@ from ._split_kernels import (
 )
 
 __all__ = ["SMALL_NODE_ROWS", "FEATURE_CHUNK", "SubtreeTasks", "SubtreeNodes", "new_subtree_nodes",
-           "grow_subtrees"]
+           "grow_subtrees", "grow_whole_trees"]
 
 #: Nodes of at most this many rows sort their rows per feature instead of filling a histogram.
 SMALL_NODE_ROWS = 16
@@ -83,33 +83,53 @@ def new_subtree_nodes(total, channels):
 
 
 @njit(**EXACT)
-def _copy_rows(Xb, target, rows, weights, lo, hi):
-    """The rows ``rows[lo:hi]`` with weights ``weights[lo:hi]``, as a private :data:`_Rows`.
-
-    Rows padded to whole 64-bit words: a swap moves a few words, not every byte.
-    """
-    m = hi - lo
-    n_features = Xb.shape[1]
+def _new_rows(m, n_features):
+    """A :data:`_Rows` for ``m`` rows, padded to whole 64-bit words (a swap moves a few
+    words, not every byte); the padding is zero."""
     n_words = (n_features + 7) // 8
     packed = np.zeros(m * n_words, dtype=np.uint64)
-    bins = packed.view(np.uint8).reshape((m, n_words * 8))
-    own_target = np.empty(m, dtype=np.int64)
-    own_weight = np.empty(m, dtype=np.int64)
-    for r in range(m):
-        i = rows[lo + r]
-        for f in range(n_features):
-            bins[r, f] = Xb[i, f]
-        own_target[r] = target[i]
-        own_weight[r] = weights[lo + r]
-    return _Rows(bins, packed.reshape((m, n_words)), own_target, own_weight)
+    return _Rows(packed.view(np.uint8).reshape((m, n_words * 8)), packed.reshape((m, n_words)),
+                 np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64))
 
 
 @njit(**EXACT)
-def _root_stack(own, key, depth, D, regression):
-    """A :data:`_Stack` with room for every node of the subtree of rows ``own``, holding its
-    root (key ``key``, depth ``depth``)."""
+def _copy_rows(Xb, target, rows, weights, lo, hi):
+    """The rows ``rows[lo:hi]`` with weights ``weights[lo:hi]``, as a private :data:`_Rows`."""
+    own = _new_rows(hi - lo, Xb.shape[1])
+    for r in range(hi - lo):
+        i = rows[lo + r]
+        for f in range(Xb.shape[1]):
+            own.bins[r, f] = Xb[i, f]
+        own.target[r] = target[i]
+        own.weight[r] = weights[lo + r]
+    return own
+
+
+@njit(**EXACT)
+def _copy_in_bag(Xb, target, weights):
+    """The rows of nonzero ``weights`` (one per row of ``Xb``), as a private :data:`_Rows`."""
+    m = 0
+    for i in range(weights.shape[0]):
+        m += weights[i] != 0
+    own = _new_rows(m, Xb.shape[1])
+    r = 0
+    for i in range(weights.shape[0]):
+        if weights[i] != 0:
+            for f in range(Xb.shape[1]):
+                own.bins[r, f] = Xb[i, f]
+            own.target[r] = target[i]
+            own.weight[r] = weights[i]
+            r += 1
+    return own
+
+
+@njit(**EXACT)
+def _root_stack(own, key, depth, max_depth, D, regression):
+    """A :data:`_Stack` holding the root (key ``key``, depth ``depth``) of the subtree of
+    rows ``own``, with room for the most nodes it can wait with (one a level, and the
+    levels are fewer than the rows and than ``max_depth - depth``)."""
     m = own.target.shape[0]
-    capacity = m + 2
+    capacity = min(m, max(0, max_depth - depth)) + 2
     stack = _Stack(np.empty(capacity, dtype=np.int64), np.empty(capacity, dtype=np.int64),
                    np.empty(capacity, dtype=np.int64), np.empty(capacity, dtype=np.uint64),
                    np.empty(capacity, dtype=np.int64), np.zeros((capacity, D), dtype=np.int64))
@@ -383,16 +403,15 @@ def _push_children(stack, top, node, cut, total, left_stats):
 
 
 @njit(**EXACT)
-def _grow_one(Xb, target, rows, weights, tasks, t, settings, nodes):
-    """Grow subtree ``t`` of ``tasks`` depth first into ``nodes``; returns its number of nodes."""
-    own = _copy_rows(Xb, target, rows, weights, tasks.lo[t], tasks.hi[t])
+def _grow_rows(own, key, depth, base, settings, nodes):
+    """Grow the subtree of the private rows ``own`` (root key ``key`` at depth ``depth``)
+    depth first into ``nodes`` from ``base`` on; returns its number of nodes."""
     D = settings.channels
     regression = settings.criterion == SQUARED_ERROR
-    stack = _root_stack(own, tasks.key[t], tasks.depth[t], D, regression)
+    stack = _root_stack(own, key, depth, settings.max_depth, D, regression)
     scratch = _new_scratch(settings)
     total = np.empty(D, dtype=np.int64)
     best_left = np.empty(D, dtype=np.int64)
-    base = tasks.base[t]
     top = 1
     n_nodes = 0
     while top > 0:
@@ -415,6 +434,32 @@ def _grow_one(Xb, target, rows, weights, tasks, t, settings, nodes):
         cut = _partition_rows(own, stack.lo[top], stack.hi[top], feature, threshold)
         top = _push_children(stack, top, node, cut, total, best_left)
     return n_nodes
+
+
+@njit(**EXACT)
+def _grow_one(Xb, target, rows, weights, tasks, t, settings, nodes):
+    """Grow subtree ``t`` of ``tasks`` into ``nodes``; returns its number of nodes."""
+    own = _copy_rows(Xb, target, rows, weights, tasks.lo[t], tasks.hi[t])
+    return _grow_rows(own, tasks.key[t], tasks.depth[t], tasks.base[t], settings, nodes)
+
+
+@njit(**EXACT)
+def _grow_whole(Xb, target, weights, t, keys, base, settings, nodes):
+    """Grow tree ``t`` (bootstrap weights ``weights[t]``) into ``nodes``; returns its size."""
+    own = _copy_in_bag(Xb, target, weights[t])
+    return _grow_rows(own, keys[t], 0, base[t], settings, nodes)
+
+
+@njit(**EXACT_PARALLEL)
+def grow_whole_trees(Xb, target, weights, keys, base, settings, nodes, count):
+    """Grow whole trees from every row (parallel over trees).
+
+    Tree ``t`` grows from the rows of nonzero ``weights[t]`` (uint8, one per
+    row of ``Xb``), its root has key ``keys[t]``, and its nodes go to ``nodes``
+    from ``base[t]`` on; ``count[t]`` receives their number.
+    """
+    for t in prange(weights.shape[0]):
+        count[t] = _grow_whole(Xb, target, weights, t, keys, base, settings, nodes)
 
 
 @njit(**EXACT_PARALLEL)

@@ -24,7 +24,7 @@ __all__ = ["BinEdges", "find_bin_edges", "SAMPLE_SIZE", "FEATURES_PER_PASS"]
 #: rows sampled (over all ranks) to place the bin edges
 SAMPLE_SIZE = 100_000
 #: features whose sample columns a rank receives at a time
-FEATURES_PER_PASS = 8
+FEATURES_PER_PASS = 2
 
 
 class BinEdges:

@@ -30,7 +30,7 @@ from .binning import BinEdges, find_bin_edges
 from .grow import NO_DEPTH_LIMIT, GrowSettings, grow_trees, training_rows
 from .sampling import global_row_index
 from .targets import FixedPointTarget, class_fractions
-from .tree import Forest
+from .tree import Forest, ForestBuilder
 
 __all__ = ["RandomForestClassifier", "RandomForestRegressor"]
 
@@ -250,20 +250,19 @@ class _BaseForest(DistributedEstimator):
             rows = training_rows(ctx, prepared.Xb, prepared.target, prepared.global_index,
                                  prepared.n_global, settings)
             grown = self.forest_.n_trees
-            parts, flags = [self.forest_], [self._bootstrapped]
+            built = ForestBuilder(self._n_values(), max(grown, int(self.n_estimators)))
+            built.append(self.forest_)
+            flags = [self._bootstrapped]
             with self._threads():
                 for start in tqdm(range(grown, int(self.n_estimators), batch), desc=self._name(),
                                   unit="batch", disable=not (self.verbose and ctx.rank == 0)):
                     trees = np.arange(start, min(start + batch, int(self.n_estimators)))
-                    forest, bootstrapped = grow_trees(ctx, rows, trees, settings)
-                    parts.append(forest)
-                    flags.append(bootstrapped)
+                    flags.append(grow_trees(ctx, rows, trees, settings, built))
                     if saving.enabled:  # the state to save holds every tree so far
-                        parts, flags = [_concatenate(parts, self._n_values())], [
-                            np.concatenate(flags)]
-                        self.forest_, self._bootstrapped = parts[0], flags[0]
+                        self.forest_ = built.forest()
+                        self._bootstrapped = np.concatenate(flags)
                     saving.end_of_epoch(-(-int(trees[-1] + 1) // batch))
-                self.forest_ = _concatenate(parts, self._n_values())
+                self.forest_ = built.forest()
                 self._bootstrapped = np.concatenate(flags)
                 saving.finish(-(-self.forest_.n_trees // batch))
                 if self.oob_score:
@@ -292,9 +291,10 @@ class _BaseForest(DistributedEstimator):
             settings = self._settings(prepared)
             rows = training_rows(ctx, prepared.Xb, prepared.target, prepared.global_index,
                                  prepared.n_global, settings)
+            built = ForestBuilder(self._n_values(), stop - start)
             with self._threads():
-                forest, flags = grow_trees(ctx, rows, np.arange(start, stop), settings)
-            self.forest_ = self.forest_.concatenate(forest)
+                flags = grow_trees(ctx, rows, np.arange(start, stop), settings, built)
+            self.forest_ = self.forest_.concatenate(built.forest())
             self._bootstrapped = np.concatenate([self._bootstrapped, flags])
         return self
 
@@ -385,13 +385,6 @@ class _BaseForest(DistributedEstimator):
 
     def _n_values(self):
         raise NotImplementedError
-
-
-def _concatenate(parts, n_values):
-    """The forests ``parts`` as one (an empty one when there are none); empties the list."""
-    if not parts:
-        return Forest.empty(n_values)
-    return Forest.join(parts)
 
 
 _DOC_PARAMETERS = """

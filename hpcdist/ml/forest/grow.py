@@ -49,10 +49,9 @@ from ...comm import allgather, allreduce, alltoall
 from ._hash_kernels import child_keys, feature_orders, root_keys
 from ._level_kernels import NodeSplits, evaluate_nodes, partition_nodes
 from ._split_kernels import SplitSettings
-from ._subtree_kernels import SubtreeTasks, grow_subtrees, new_subtree_nodes
+from ._subtree_kernels import SubtreeTasks, grow_subtrees, grow_whole_trees, new_subtree_nodes
 from .histograms import plan_level, reduce_level
-from .sampling import assign_owners, bootstrap
-from .tree import Forest
+from .sampling import assign_owners, bootstrap, in_bag_rows
 
 __all__ = ["GrowSettings", "TrainingRows", "training_rows", "gathering_fits", "grow_trees",
            "NO_DEPTH_LIMIT"]
@@ -348,8 +347,16 @@ def _exchange_task_rows(ctx, data, nodes, tasks, owners):
     return Xb, target.astype(np.int64), task, rows, weights
 
 
-def _grow_sorted(Xb, target, rows, weights, lo, hi, keys, depths, settings):
-    """Grow the subtrees whose rows are ``rows[lo[t]:hi[t]]`` (this rank's, in parallel).
+def _subtree_capacities(sizes, depths, max_depth):
+    """Room for the nodes of subtrees of ``sizes`` rows rooted at ``depths``: ``2m - 1``,
+    and no more than a full binary tree down to ``max_depth``."""
+    levels = np.minimum(np.maximum(max_depth - depths, 0), 61) + 1
+    return np.minimum(2 * sizes - 1, (np.int64(1) << levels) - 1)
+
+
+def _grow_packed(sizes, depths, settings, grow):
+    """Room for subtrees of ``sizes`` rows at ``depths``, filled by ``grow(nodes, base,
+    count)``, packed.
 
     Returns
     -------
@@ -360,26 +367,33 @@ def _grow_sorted(Xb, target, rows, weights, lo, hi, keys, depths, settings):
     count : ndarray of int64
         Nodes of each subtree.
     """
-    capacity = 2 * (hi - lo) - 1
+    capacity = _subtree_capacities(sizes, depths, settings.max_depth)
     base = np.concatenate([[0], np.cumsum(capacity)[:-1]]).astype(np.int64)
-    total = int(capacity.sum()) if len(capacity) else 0
     channels = settings.channels
-    grown = new_subtree_nodes(total, channels)
+    grown = new_subtree_nodes(int(capacity.sum()), channels)
     feature, bins, right, stats, decrease = grown
-    count = np.zeros(len(lo), dtype=np.int64)
-    if len(lo):
-        grow_subtrees(Xb, target, np.ascontiguousarray(rows, dtype=np.int64),
-                      np.ascontiguousarray(weights, dtype=np.uint8),
-                      SubtreeTasks(lo.astype(np.int64), hi.astype(np.int64), keys,
-                                   depths.astype(np.int64), base),
-                      settings.split_settings, grown, count)
+    count = np.zeros(len(sizes), dtype=np.int64)
+    if len(sizes):
+        grow(grown, base, count)
     keep = np.concatenate([np.arange(b, b + c) for b, c in zip(base, count)]) if len(
-        lo) else np.zeros(0, dtype=np.int64)
+        sizes) else np.zeros(0, dtype=np.int64)
     packed = np.empty((len(keep), 4 + channels), dtype=np.int64)
     packed[:, 0], packed[:, 1], packed[:, 2] = feature[keep], bins[keep], right[keep]
     packed[:, 3:3 + channels] = stats[keep]
     packed[:, 3 + channels] = decrease[keep].view(np.int64)
     return packed, count
+
+
+def _grow_sorted(Xb, target, rows, weights, lo, hi, keys, depths, settings):
+    """Grow the subtrees whose rows are ``rows[lo[t]:hi[t]]`` (this rank's, in parallel);
+    returns them packed (see :func:`_grow_packed`)."""
+    def grow(nodes, base, count):
+        grow_subtrees(Xb, target, np.ascontiguousarray(rows, dtype=np.int64),
+                      np.ascontiguousarray(weights, dtype=np.uint8),
+                      SubtreeTasks(lo.astype(np.int64), hi.astype(np.int64), keys,
+                                   depths.astype(np.int64), base),
+                      settings.split_settings, nodes, count)
+    return _grow_packed(hi - lo, depths, settings, grow)
 
 
 def _share_blocks(ctx, packed, table):
@@ -418,7 +432,7 @@ def _grow_tasks(ctx, data, nodes, tasks, settings):
     return blocks
 
 
-def _grow_whole_trees(ctx, rows, trees, settings):
+def _grow_whole_trees(ctx, rows, trees, settings, built):
     """Grow the trees ``trees`` whole, each on one rank from the gathered rows (collective).
 
     Tree ``i`` of the batch grows on rank ``i % size``; one allgather shares them.
@@ -427,21 +441,20 @@ def _grow_whole_trees(ctx, rows, trees, settings):
     weights = bootstrap(settings.seed, trees[mine], rows.global_index, settings.bootstrap)
     empty = ~weights.any(axis=1)
     weights[empty] = 1
-    parts = [np.flatnonzero(w) for w in weights]
-    lengths = np.array([len(part) for part in parts], dtype=np.int64)
-    in_bag = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    hi = np.cumsum(lengths)
     keys = np.empty(len(mine), dtype=np.uint64)
     root_keys(settings.seed, trees[mine], keys)
-    packed, count = _grow_sorted(rows.Xb, rows.target, in_bag,
-                                 weights[np.repeat(np.arange(len(mine)), lengths), in_bag],
-                                 hi - lengths, hi, keys, np.zeros(len(mine), dtype=np.int64),
-                                 settings)
+
+    def grow(nodes, base, count):
+        grow_whole_trees(rows.Xb, rows.target, weights, keys, base, settings.split_settings,
+                         nodes, count)
+    packed, count = _grow_packed(np.count_nonzero(weights, axis=1).astype(np.int64),
+                                 np.zeros(len(mine), dtype=np.int64), settings, grow)
     table = np.stack([mine, count, ~empty], axis=1).astype(np.int64)
     blocks, table = _share_blocks(ctx, packed, table)
     bootstrapped = np.empty(len(trees), dtype=np.uint8)
     bootstrapped[table[:, 0]] = table[:, 2]
-    return _to_forest([blocks[i] for i in range(len(trees))], settings), bootstrapped
+    _add_trees(built, [blocks[i] for i in range(len(trees))], settings)
+    return bootstrapped
 
 
 # -- assembly ------------------------------------------------------------------------------------
@@ -481,20 +494,23 @@ def _assemble_tree(nodes, root, blocks, channels):
     return tree
 
 
-def _to_forest(trees, settings):
+def _add_trees(built, trees, settings):
+    """Append the trees' packed nodes (see :func:`_grow_sorted`) to ``built``, a
+    :class:`ForestBuilder`, one tree at a time (few temporaries)."""
     channels = settings.channels
-    packed = np.concatenate(trees)
-    offsets = np.concatenate([[0], np.cumsum([len(t) for t in trees])])
-    feature, bins, right = packed[:, 0], packed[:, 1], packed[:, 2]
-    stats = np.ascontiguousarray(packed[:, 3:3 + channels])
-    decrease = np.ascontiguousarray(packed[:, 3 + channels]).view(np.float64)
-    internal = feature >= 0
-    local_index = np.arange(len(packed)) - np.repeat(offsets[:-1], [len(t) for t in trees])
-    left = np.where(internal, local_index + 1, -1)
-    threshold = np.zeros(len(packed))
-    threshold[internal] = settings.edges.threshold(feature[internal], bins[internal])
-    return Forest(offsets, feature, bins, threshold, left, right, settings.to_values(stats),
-                  _weight(stats, settings.regression).astype(np.float64), decrease)
+    for packed in trees:
+        feature = packed[:, 0]
+        split = feature >= 0
+        left = np.arange(1, len(packed) + 1)  # a split's left child is the next node
+        left[~split] = -1
+        threshold = np.zeros(len(packed))
+        threshold[split] = settings.edges.threshold(feature[split], packed[split, 1])
+        stats = packed[:, 3:3 + channels]
+        built.append_tree(feature=feature, threshold_bin=packed[:, 1], threshold=threshold,
+                          left=left, right=packed[:, 2], value=settings.to_values(stats),
+                          n_node_samples=_weight(stats, settings.regression),
+                          impurity_decrease=np.ascontiguousarray(
+                              packed[:, 3 + channels]).view(np.float64))
 
 
 # -- the batch -----------------------------------------------------------------------------------
@@ -545,7 +561,7 @@ def training_rows(ctx, Xb, target, global_index, n_global, settings):
                         np.arange(n_global, dtype=np.int64), n_global, True)
 
 
-def grow_trees(ctx, rows, trees, settings):
+def grow_trees(ctx, rows, trees, settings, built):
     """Grow the trees ``trees`` (global tree indices) on every rank's rows (collective).
 
     Parameters
@@ -555,17 +571,17 @@ def grow_trees(ctx, rows, trees, settings):
         From :func:`training_rows` (the same ``settings``).
     trees : sequence of int
     settings : GrowSettings
+    built : ForestBuilder
+        Receives the trees (identical on every rank), in order.
 
     Returns
     -------
-    forest : Forest
-        The trees, identical on every rank.
     bootstrapped : ndarray of uint8, shape (n_trees,)
         0 for a tree whose bootstrap drew no row at all (it used every row once).
     """
     trees = np.asarray(trees, dtype=np.int64)
     if rows.whole_trees:
-        return _grow_whole_trees(ctx, rows, trees, settings)
+        return _grow_whole_trees(ctx, rows, trees, settings, built)
     Xb, target, global_index, n_global = rows.Xb, rows.target, rows.global_index, rows.n_global
     weights = bootstrap(settings.seed, trees, global_index, settings.bootstrap)
     in_bag = weights.sum(axis=1, dtype=np.int64)
@@ -574,9 +590,7 @@ def grow_trees(ctx, rows, trees, settings):
     empty = in_bag == 0
     weights[empty] = 1
     in_bag[empty] = n_global
-    parts = [np.flatnonzero(w) for w in weights]
-    lengths = np.array([len(part) for part in parts], dtype=np.int64)
-    rows = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+    rows, _, lengths = in_bag_rows(weights)
     nodes = _Nodes(settings.channels)
     roots = nodes.add(len(trees))
     nodes.tree[roots] = np.arange(len(trees))
@@ -596,4 +610,5 @@ def grow_trees(ctx, rows, trees, settings):
     nodes.task[tasks] = np.arange(len(tasks))
     blocks = _grow_tasks(ctx, data, nodes, tasks, settings) if len(tasks) else {}
     grown = [_assemble_tree(nodes, root, blocks, settings.channels) for root in roots]
-    return _to_forest(grown, settings), (~empty).astype(np.uint8)
+    _add_trees(built, grown, settings)
+    return (~empty).astype(np.uint8)

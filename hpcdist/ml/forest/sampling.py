@@ -18,7 +18,7 @@ import numpy as np
 
 from ._hash_kernels import bootstrap_weights, hash_below
 
-__all__ = ["global_row_index", "row_sample", "bootstrap", "assign_owners"]
+__all__ = ["global_row_index", "row_sample", "bootstrap", "in_bag_rows", "assign_owners"]
 
 _SAMPLE_STREAM = np.uint64(0x73616D706C65726F)
 
@@ -56,6 +56,33 @@ def bootstrap(seed, trees, global_index, enabled):
     out = np.empty((len(trees), len(global_index)), dtype=np.uint8)
     bootstrap_weights(np.uint64(seed), trees, global_index, out)
     return out
+
+
+def in_bag_rows(weights):
+    """Every tree's rows of nonzero bootstrap weight, one tree after another.
+
+    Parameters
+    ----------
+    weights : ndarray of uint8, shape (n_trees, n_rows)
+
+    Returns
+    -------
+    rows : ndarray of int64
+    row_weights : ndarray of uint8
+        ``weights`` at those rows.
+    counts : ndarray of int64, shape (n_trees,)
+        Rows of each tree.
+    """
+    counts = np.count_nonzero(weights, axis=1).astype(np.int64)
+    rows = np.empty(int(counts.sum()), dtype=np.int64)
+    row_weights = np.empty(len(rows), dtype=np.uint8)
+    at = 0
+    for tree, count in enumerate(counts):  # one tree's temporaries at a time
+        mine = np.flatnonzero(weights[tree])
+        rows[at:at + count] = mine
+        row_weights[at:at + count] = weights[tree, mine]
+        at += count
+    return rows, row_weights, counts
 
 
 def assign_owners(weights, size):

@@ -5,14 +5,16 @@ import numpy as np
 from ...exceptions import InvalidArgumentError
 from ._predict_kernels import LANES, forest_mean_values
 
-__all__ = ["Forest"]
+__all__ = ["Forest", "ForestBuilder"]
 
 #: The most rows a thread predicts tree after tree (32,768 rows of 32 binned features: 1 MiB).
 PREDICT_BLOCK = 32768
 _INT_FIELDS = ("feature", "threshold_bin", "left", "right")
 _FLOAT_FIELDS = ("threshold", "n_node_samples", "impurity_decrease")
-_NODE_FIELDS = ("feature", "threshold_bin", "threshold", "left", "right", "value",
-                "n_node_samples", "impurity_decrease")
+_NODE_DTYPES = {"feature": np.int32, "threshold_bin": np.int32, "threshold": np.float64,
+                "left": np.int32, "right": np.int32, "value": np.float64,
+                "n_node_samples": np.float64, "impurity_decrease": np.float64}
+_NODE_FIELDS = tuple(_NODE_DTYPES)
 
 
 class Forest:
@@ -48,14 +50,11 @@ class Forest:
     def __init__(self, tree_offsets, feature, threshold_bin, threshold, left, right, value,
                  n_node_samples, impurity_decrease):
         self.tree_offsets = np.ascontiguousarray(tree_offsets, dtype=np.int64)
-        self.feature = np.ascontiguousarray(feature, dtype=np.int32)
-        self.threshold_bin = np.ascontiguousarray(threshold_bin, dtype=np.int32)
-        self.threshold = np.ascontiguousarray(threshold, dtype=np.float64)
-        self.left = np.ascontiguousarray(left, dtype=np.int32)
-        self.right = np.ascontiguousarray(right, dtype=np.int32)
-        self.value = np.ascontiguousarray(value, dtype=np.float64)
-        self.n_node_samples = np.ascontiguousarray(n_node_samples, dtype=np.float64)
-        self.impurity_decrease = np.ascontiguousarray(impurity_decrease, dtype=np.float64)
+        fields = {"feature": feature, "threshold_bin": threshold_bin, "threshold": threshold,
+                  "left": left, "right": right, "value": value,
+                  "n_node_samples": n_node_samples, "impurity_decrease": impurity_decrease}
+        for name, dtype in _NODE_DTYPES.items():
+            setattr(self, name, np.ascontiguousarray(fields[name], dtype=dtype))
         self._links = self._bin_thresholds = None  # made for prediction when first needed
 
     def __getstate__(self):
@@ -106,26 +105,6 @@ class Forest:
         offsets = np.concatenate([self.tree_offsets, other.tree_offsets[1:] + self.n_nodes])
         return Forest(offsets, *(np.concatenate([getattr(self, name), getattr(other, name)])
                                  for name in _NODE_FIELDS))
-
-    @classmethod
-    def join(cls, parts):
-        """The trees of the forests in the list ``parts``, in order, as one forest.
-
-        Empties ``parts`` and lets go of each node array once it is copied, so
-        that the memory needed beyond the parts is one array, not a second forest.
-        """
-        sizes = np.array([part.n_nodes for part in parts], dtype=np.int64)
-        bases = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        offsets = np.concatenate([parts[0].tree_offsets[:1]]
-                                 + [part.tree_offsets[1:] + base
-                                    for part, base in zip(parts, bases)])
-        arrays = {}
-        for name in _NODE_FIELDS:
-            arrays[name] = np.concatenate([getattr(part, name) for part in parts])
-            for part in parts:
-                setattr(part, name, None)
-        parts.clear()
-        return cls(offsets, **arrays)
 
     def mean_values(self, X):
         """Mean over the trees of each row's leaf value: ndarray (n_rows, n_values)."""
@@ -231,3 +210,68 @@ class Forest:
         return cls(offsets, fields["feature"], fields["threshold_bin"], fields["threshold"],
                    fields["left"], fields["right"], value, fields["n_node_samples"],
                    fields["impurity_decrease"])
+
+
+class ForestBuilder:
+    """Forests appended tree after tree into arrays that grow rarely.
+
+    The arrays are sized on the first append for ``expected_trees`` trees like
+    the first ones (with a margin; they double when that is short), so that a
+    fit keeps one set of long-lived arrays instead of a forest per batch and
+    a copy of them all at the end. :meth:`forest` views them (no copy).
+
+    Parameters
+    ----------
+    n_values : int
+    expected_trees : int
+        Trees the finished forest will have.
+    """
+
+    MARGIN = 1.25
+
+    def __init__(self, n_values, expected_trees):
+        self.n_values, self.expected_trees = n_values, expected_trees
+        self.n_nodes = 0
+        self.offsets = [np.zeros(1, dtype=np.int64)]
+        self.arrays = None
+
+    def append(self, forest):
+        """Add ``forest``'s trees after those appended so far."""
+        if forest.n_trees:
+            self._add(forest.tree_offsets, {name: getattr(forest, name) for name in _NODE_FIELDS})
+
+    def append_tree(self, **fields):
+        """Add one tree given as :class:`Forest`'s node arrays (keywords), converted."""
+        n = len(fields["feature"])
+        self._add(np.array([0, n], dtype=np.int64), fields)
+
+    def _add(self, tree_offsets, fields):
+        n = int(tree_offsets[-1])
+        needed = self.n_nodes + n
+        if self.arrays is None:
+            per_tree = n / (len(tree_offsets) - 1)
+            self._resize(max(needed, int(per_tree * self.expected_trees * self.MARGIN)))
+        elif needed > len(self.arrays["feature"]):
+            self._resize(max(needed, 2 * len(self.arrays["feature"])))
+        for name, array in self.arrays.items():
+            array[self.n_nodes:needed] = np.reshape(fields[name], (n,) + array.shape[1:])
+        self.offsets.append(tree_offsets[1:] + self.n_nodes)
+        self.n_nodes = needed
+
+    def _resize(self, capacity):
+        arrays = {}
+        for name, dtype in _NODE_DTYPES.items():
+            shape = (capacity, self.n_values) if name == "value" else (capacity,)
+            arrays[name] = np.empty(shape, dtype=dtype)
+            if self.arrays is not None:
+                arrays[name][:self.n_nodes] = self.arrays[name][:self.n_nodes]
+        self.arrays = arrays
+
+    def forest(self):
+        """The trees so far, as a :class:`Forest` viewing this builder's arrays."""
+        if self.arrays is None:
+            return Forest.empty(self.n_values)
+        offsets = np.concatenate(self.offsets)
+        self.offsets = [offsets]
+        return Forest(offsets, **{name: array[:self.n_nodes]
+                                  for name, array in self.arrays.items()})

@@ -36,6 +36,7 @@ from hpcdist.ml.forest._subtree_kernels import (
     _feature_bins,
     grow_subtrees,
 )
+from hpcdist.ml.forest.tree import ForestBuilder
 
 
 def _settings(n_bins, channels, criterion, max_features=1, max_depth=100, min_split=2,
@@ -359,3 +360,26 @@ def test_forest_mean_values_in_blocks_and_lanes_equals_one_row_at_a_time(block, 
     forest_mean_values(arguments[0], forest.tree_offsets, forest._split_links(), arguments[1],
                        forest.value, block, out)
     np.testing.assert_array_equal(out, expected)
+
+
+def test_forest_builder_appends_trees_and_grows_when_the_estimate_is_short():
+    X, y = make_classification(300, 5, 3, random_state=2)
+    whole = RandomForestClassifier(6, max_bins=16, random_state=3).fit(X, y).forest_
+    first = Forest(whole.tree_offsets[:2], *(getattr(whole, name)[:whole.tree_offsets[1]]
+                                             for name in ("feature", "threshold_bin", "threshold",
+                                                          "left", "right", "value",
+                                                          "n_node_samples",
+                                                          "impurity_decrease")))
+    built = ForestBuilder(whole.n_values, expected_trees=2)  # room for about 2.5 trees
+    built.append(first)
+    capacity = len(built.arrays["feature"])
+    for t in range(1, whole.n_trees):
+        nodes = slice(whole.tree_offsets[t], whole.tree_offsets[t + 1])
+        built.append_tree(feature=whole.feature[nodes], threshold_bin=whole.threshold_bin[nodes],
+                          threshold=whole.threshold[nodes], left=whole.left[nodes],
+                          right=whole.right[nodes], value=whole.value[nodes],
+                          n_node_samples=whole.n_node_samples[nodes],
+                          impurity_decrease=whole.impurity_decrease[nodes])
+    assert len(built.arrays["feature"]) > capacity  # it had to grow
+    np.testing.assert_array_equal(built.forest().to_vector(), whole.to_vector())
+    assert ForestBuilder(3, 4).forest().n_trees == 0

@@ -43,7 +43,7 @@ __all__ = ["Agent", "RpcFuture", "current_agent", "check_not_running", "install"
 
 REQUEST, REPLY = 1, 2
 _SPIN_SECONDS = 1e-3       # poll at the shortest sleep this long after the last message
-_MIN_SLEEP = 1e-5          # (about 15 us with the service thread's timer slack of 1 us)
+_MIN_SLEEP = 3e-5          # (a shorter one competes for the cores with the handlers)
 _MAX_SLEEP = 2e-3          # the longest sleep between polls when idle
 _MAX_SLEEP_WAITING = 2e-4  # ... while this rank waits for replies
 _HANDLER_THREADS = 4

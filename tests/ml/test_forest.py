@@ -120,13 +120,15 @@ def test_growth_paths_give_the_same_forest():
             np.testing.assert_array_equal(vectors[0], other)
 
 
-@pytest.mark.parametrize("regression", [False, True])
-def test_whole_trees_from_gathered_rows_equal_level_wise_growth(regression):
+@pytest.mark.parametrize("regression, extra", [
+    (False, {}), (True, {}), (False, {"bootstrap": False, "max_depth": 3}),
+    (True, {"bootstrap": False, "min_samples_leaf": 5, "max_depth": 6})])
+def test_whole_trees_from_gathered_rows_equal_level_wise_growth(regression, extra):
     """The default on few ranks: each tree grows whole on one rank from every rank's rows."""
     X, y = _regression(features=8) if regression else _classification(features=8, seed=9)
     assert gathering_fits(8, hpcdist.get_world_size())
     cls = RandomForestRegressor if regression else RandomForestClassifier
-    options = dict(n_estimators=5, max_bins=32, random_state=4, trees_per_batch=3)
+    options = dict(n_estimators=5, max_bins=32, random_state=4, trees_per_batch=3, **extra)
     whole = cls(**options).fit(X, y)
     level_wise = cls(local_threshold=0, **options).fit(X, y)
     X_all, y_all = _gathered(X, y)

@@ -93,32 +93,32 @@ def _new_rows(m, n_features):
 
 
 @njit(**EXACT)
+def _put_row(own, r, Xb, target, i, weight):
+    """Row ``i`` of ``Xb`` and ``target`` with ``weight`` as row ``r`` of ``own``."""
+    for f in range(Xb.shape[1]):
+        own.bins[r, f] = Xb[i, f]
+    own.target[r] = target[i]
+    own.weight[r] = weight
+
+
+@njit(**EXACT)
 def _copy_rows(Xb, target, rows, weights, lo, hi):
     """The rows ``rows[lo:hi]`` with weights ``weights[lo:hi]``, as a private :data:`_Rows`."""
     own = _new_rows(hi - lo, Xb.shape[1])
     for r in range(hi - lo):
-        i = rows[lo + r]
-        for f in range(Xb.shape[1]):
-            own.bins[r, f] = Xb[i, f]
-        own.target[r] = target[i]
-        own.weight[r] = weights[lo + r]
+        _put_row(own, r, Xb, target, rows[lo + r], weights[lo + r])
     return own
 
 
 @njit(**EXACT)
-def _copy_in_bag(Xb, target, weights):
-    """The rows of nonzero ``weights`` (one per row of ``Xb``), as a private :data:`_Rows`."""
-    m = 0
-    for i in range(weights.shape[0]):
-        m += weights[i] != 0
+def _copy_in_bag(Xb, target, weights, m):
+    """The ``m`` rows of nonzero ``weights`` (one per row of ``Xb``), as a private
+    :data:`_Rows`."""
     own = _new_rows(m, Xb.shape[1])
     r = 0
     for i in range(weights.shape[0]):
         if weights[i] != 0:
-            for f in range(Xb.shape[1]):
-                own.bins[r, f] = Xb[i, f]
-            own.target[r] = target[i]
-            own.weight[r] = weights[i]
+            _put_row(own, r, Xb, target, i, weights[i])
             r += 1
     return own
 
@@ -444,22 +444,23 @@ def _grow_one(Xb, target, rows, weights, tasks, t, settings, nodes):
 
 
 @njit(**EXACT)
-def _grow_whole(Xb, target, weights, t, keys, base, settings, nodes):
-    """Grow tree ``t`` (bootstrap weights ``weights[t]``) into ``nodes``; returns its size."""
-    own = _copy_in_bag(Xb, target, weights[t])
+def _grow_whole(Xb, target, weights, sizes, t, keys, base, settings, nodes):
+    """Grow tree ``t`` (bootstrap weights ``weights[t]``, ``sizes[t]`` of them nonzero) into
+    ``nodes``; returns its number of nodes."""
+    own = _copy_in_bag(Xb, target, weights[t], sizes[t])
     return _grow_rows(own, keys[t], 0, base[t], settings, nodes)
 
 
 @njit(**EXACT_PARALLEL)
-def grow_whole_trees(Xb, target, weights, keys, base, settings, nodes, count):
+def grow_whole_trees(Xb, target, weights, sizes, keys, base, settings, nodes, count):
     """Grow whole trees from every row (parallel over trees).
 
-    Tree ``t`` grows from the rows of nonzero ``weights[t]`` (uint8, one per
-    row of ``Xb``), its root has key ``keys[t]``, and its nodes go to ``nodes``
-    from ``base[t]`` on; ``count[t]`` receives their number.
+    Tree ``t`` grows from the ``sizes[t]`` rows of nonzero ``weights[t]``
+    (uint8, one per row of ``Xb``), its root has key ``keys[t]``, and its
+    nodes go to ``nodes`` from ``base[t]`` on; ``count[t]`` receives their number.
     """
     for t in prange(weights.shape[0]):
-        count[t] = _grow_whole(Xb, target, weights, t, keys, base, settings, nodes)
+        count[t] = _grow_whole(Xb, target, weights, sizes, t, keys, base, settings, nodes)
 
 
 @njit(**EXACT_PARALLEL)

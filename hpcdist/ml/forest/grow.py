@@ -444,11 +444,12 @@ def _grow_whole_trees(ctx, rows, trees, settings, built):
     keys = np.empty(len(mine), dtype=np.uint64)
     root_keys(settings.seed, trees[mine], keys)
 
+    sizes = np.count_nonzero(weights, axis=1).astype(np.int64)
+
     def grow(nodes, base, count):
-        grow_whole_trees(rows.Xb, rows.target, weights, keys, base, settings.split_settings,
-                         nodes, count)
-    packed, count = _grow_packed(np.count_nonzero(weights, axis=1).astype(np.int64),
-                                 np.zeros(len(mine), dtype=np.int64), settings, grow)
+        grow_whole_trees(rows.Xb, rows.target, weights, sizes, keys, base,
+                         settings.split_settings, nodes, count)
+    packed, count = _grow_packed(sizes, np.zeros(len(mine), dtype=np.int64), settings, grow)
     table = np.stack([mine, count, ~empty], axis=1).astype(np.int64)
     blocks, table = _share_blocks(ctx, packed, table)
     bootstrapped = np.empty(len(trees), dtype=np.uint8)
@@ -495,7 +496,7 @@ def _assemble_tree(nodes, root, blocks, channels):
 
 
 def _add_trees(built, trees, settings):
-    """Append the trees' packed nodes (see :func:`_grow_sorted`) to ``built``, a
+    """Append the trees' packed nodes (see :func:`_grow_packed`) to ``built``, a
     :class:`ForestBuilder`, one tree at a time (few temporaries)."""
     channels = settings.channels
     for packed in trees:
@@ -590,7 +591,7 @@ def grow_trees(ctx, rows, trees, settings, built):
     empty = in_bag == 0
     weights[empty] = 1
     in_bag[empty] = n_global
-    rows, _, lengths = in_bag_rows(weights)
+    in_bag_index, lengths = in_bag_rows(weights)
     nodes = _Nodes(settings.channels)
     roots = nodes.add(len(trees))
     nodes.tree[roots] = np.arange(len(trees))
@@ -604,7 +605,7 @@ def grow_trees(ctx, rows, trees, settings, built):
     threshold = _local_threshold(settings, ctx, n_global)
     small = in_bag <= threshold
     nodes.kind[roots] = np.where(small, _TASK, _OPEN)
-    data = GrowData(Xb, target, weights, rows, nodes, settings)
+    data = GrowData(Xb, target, weights, in_bag_index, nodes, settings)
     _grow_levels(ctx, data, nodes, roots[~small], threshold, settings)
     tasks = np.flatnonzero(nodes.kind[:nodes.n] == _TASK)
     nodes.task[tasks] = np.arange(len(tasks))

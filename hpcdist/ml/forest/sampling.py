@@ -68,21 +68,16 @@ def in_bag_rows(weights):
     Returns
     -------
     rows : ndarray of int64
-    row_weights : ndarray of uint8
-        ``weights`` at those rows.
     counts : ndarray of int64, shape (n_trees,)
         Rows of each tree.
     """
     counts = np.count_nonzero(weights, axis=1).astype(np.int64)
     rows = np.empty(int(counts.sum()), dtype=np.int64)
-    row_weights = np.empty(len(rows), dtype=np.uint8)
     at = 0
-    for tree, count in enumerate(counts):  # one tree's temporaries at a time
-        mine = np.flatnonzero(weights[tree])
-        rows[at:at + count] = mine
-        row_weights[at:at + count] = weights[tree, mine]
+    for tree, count in enumerate(counts):  # one tree's temporary at a time
+        rows[at:at + count] = np.flatnonzero(weights[tree])
         at += count
-    return rows, row_weights, counts
+    return rows, counts
 
 
 def assign_owners(weights, size):

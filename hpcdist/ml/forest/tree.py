@@ -166,9 +166,8 @@ class Forest:
     @classmethod
     def from_state(cls, state):
         """Inverse of :meth:`state`."""
-        return cls(*(np.asarray(state[name]) for name in (
-            "tree_offsets", "feature", "threshold_bin", "threshold", "left", "right", "value",
-            "n_node_samples", "impurity_decrease")))
+        return cls(np.asarray(state["tree_offsets"]),
+                   **{name: np.asarray(state[name]) for name in _NODE_FIELDS})
 
     def to_vector(self):
         """All arrays in one float64 vector: ``[n_trees, n_nodes, n_values, offsets, ...]``.

@@ -5,8 +5,9 @@ sends pickled objects on it as :mod:`mpi4py.util.pkl5` does: pickle protocol
 5, large buffers (NumPy arrays) out of band as raw MPI messages, not copied
 into the pickle, parts over 2 GiB in one piece (pkl5's large-count
 datatypes). Receives are matched probes (``Improbe`` then ``Mrecv`` of the
-probed message), so a receiving thread never takes a message another thread
-probed; sends from several threads post a message's parts under one lock.
+probed message), one receiving thread at a time, so no thread takes a part
+of a message another thread probed; sends from several threads post a
+message's parts under one lock.
 
 :func:`pack` and :func:`unpack` pickle a payload into bytes plus its large
 buffers, so a service can send the payload inside a message whose envelope
@@ -16,7 +17,6 @@ buffers, so a service can send the payload inside a message whose envelope
 import pickle
 import sys
 import threading
-import time
 
 import numpy as np
 
@@ -107,6 +107,9 @@ class MessageChannel:
         self._comm = comm
         self._pickle = MPI.Pickle()
         self._send_lock = threading.Lock()
+        # a message's later parts are matched by source and tag only: one receiver at a
+        # time, or another thread's probe could take them as a message of its own
+        self._receive_lock = threading.Lock()
         self._buffers = ReceiveBuffers()
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
@@ -138,15 +141,37 @@ class MessageChannel:
         ``Mrecv`` of that message), so another thread's receive cannot take it.
         """
         status = MPI.Status()
-        message = MPI.Comm.improbe(self._comm, MPI.ANY_SOURCE, MPI.ANY_TAG, status)
-        if message is None:
-            return None
-        source, wire_tag = status.Get_source(), status.Get_tag()
+        with self._receive_lock:
+            message = MPI.Comm.improbe(self._comm, MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+            if message is None:
+                return None
+            source, wire_tag = status.Get_source(), status.Get_tag()
+            return self._receive(message, status, source, wire_tag), source, wire_tag // 2
+
+    def poll_from(self, source, tag):
+        """Receive the waiting message from rank ``source`` on ``tag``, if any: the object,
+        or None at once. Other messages stay for other receivers."""
+        status = MPI.Status()
+        comm = self._comm
+        with self._receive_lock:
+            for wire_tag in (2 * tag, 2 * tag + 1):
+                message = MPI.Comm.improbe(comm, source, wire_tag, status)
+                if message is not None:
+                    return self._receive(message, status, source, wire_tag)
+        return None
+
+    @property
+    def max_tag(self):
+        """The largest ``tag`` a message on this channel may have."""
+        return (self._comm.Get_attr(MPI.TAG_UB) - 1) // 2
+
+    def _receive(self, message, status, source, wire_tag):
+        """The object of the matched ``message`` that ``status`` describes."""
         if wire_tag % 2 == 0:
             data = bytearray(status.Get_count(MPI.BYTE))
             message.Recv((data, MPI.BYTE))
-            return self._pickle.loads(data), source, wire_tag // 2
-        return self._receive_parts(message, status, source, wire_tag), source, wire_tag // 2
+            return self._pickle.loads(data)
+        return self._receive_parts(message, status, source, wire_tag)
 
     def _receive_parts(self, first, status, source, tag):
         """The rest of a pkl5 message whose size header ``first`` was probed."""
@@ -156,9 +181,10 @@ class MessageChannel:
         parts = []
         with pkl5._BigMPI() as big:
             for size in sizes:
-                while (message := MPI.Comm.improbe(self._comm, source, tag)) is None:
-                    time.sleep(1e-5)  # posted with the header, they are coming; a real
-                    # sleep lets other threads take the GIL (sleep(0) may not)
+                # posted with the header, the parts are on their way: a blocking probe
+                # (without the GIL) takes each at once, where a sleep between polls
+                # cost 2 sleeps a message and doubled a 1 MiB round trip
+                message = MPI.Comm.mprobe(self._comm, source, tag)
                 part = self._buffers.take(int(size))  # the received arrays are views of it
                 message.Recv(big(part))
                 parts.append(part)

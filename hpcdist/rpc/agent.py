@@ -1,23 +1,31 @@
 """The RPC agent of one rank: a service thread, a handler pool, the calls in flight.
 
-Every rank's agent owns a :class:`~hpcdist.comm.messages.MessageChannel` (a
-duplicate of the context's communicator, so only the job's own ranks can
-reach it). Two kinds of message travel on it, both pkl5 messages whose
-NumPy buffers go out of band:
+Every rank's agent owns two :class:`~hpcdist.comm.messages.MessageChannel`
+(duplicates of the context's communicator, so only the job's own ranks can
+reach them), one for requests and one for replies. Both carry pkl5
+messages whose NumPy buffers go out of band:
 
-``(call_id, data, buffers)`` on tag ``REQUEST``
+``(call_id, data, buffers, reply_tag)``: a request, on tag ``REQUEST``
     ``data``/``buffers`` are :func:`~hpcdist.comm.messages.pack` of
     ``(func, args, kwargs)``, unpickled by the handler, so a call that does
     not unpickle is answered with an error instead of breaking the service.
-``(call_id, ok, data, buffers)`` on tag ``REPLY``
+``(call_id, ok, data, buffers)``: its reply, on tag ``reply_tag``
     ``ok``: the result packed; else ``data`` is ``(type, message, traceback)``
     as text.
 
-The service thread is the only receiver: it polls with a matched probe and
-hands requests to the handler pool and replies to the waiting futures; it
-never sends and never blocks, so a rank always drains what others send it.
-It sleeps between polls once idle (a blocked MPI probe would spin a core).
-Callers and handlers send from their own threads.
+The service thread receives every request and hands it to the handler
+pool; it never sends and never blocks, so a rank always drains what others
+send it. It sleeps between polls once idle (a blocked MPI probe would spin
+a core). Callers and handlers send from their own threads.
+
+A caller gives each call a reply tag no other pending call to that rank
+has. A thread that waits on the call's future polls for that tag and
+receives the reply itself: no hand-off from the service thread and no
+wake-up of a sleeping thread (measured at 2 ranks: a 1 MiB round trip from
+0.58-0.77 ms to 0.42-0.53 ms, 8 bytes from 0.22-0.32 to 0.15-0.24 ms).
+The service thread also polls the replies channel, for the futures
+nobody waits on yet and for the late replies of calls that timed out;
+MPI's matched probes give each reply to exactly one of them.
 
 Graceful shutdown is a termination-detection round (Mattern's counting
 method): ranks sum their counts of requests sent, requests answered and
@@ -39,14 +47,16 @@ from .errors import RpcError, RpcTimeoutError
 from .pool import HandlerPool
 
 __all__ = ["Agent", "RpcFuture", "current_agent", "check_not_running", "install", "uninstall",
-           "function_name", "running", "REQUEST", "REPLY"]
+           "function_name", "running", "REQUEST"]
 
-REQUEST, REPLY = 1, 2
+REQUEST = 1
 _SPIN_SECONDS = 1e-3       # poll at the shortest sleep this long after the last message
 _MIN_SLEEP = 3e-5          # (a shorter one competes for the cores with the handlers)
+_REPLY_POLL_SLEEP = 1e-5   # a waiting caller's sleep between polls for its reply
 _MAX_SLEEP = 2e-3          # the longest sleep between polls when idle
 _MAX_SLEEP_WAITING = 2e-4  # ... while this rank waits for replies
 _HANDLER_THREADS = 4
+_MAX_REPLY_TAG = 1 << 20   # reply tags cycle through 1 .. this (or the MPI library's limit)
 _AGENT = []                # the process's agent while RPC is initialised
 
 
@@ -66,17 +76,20 @@ def function_name(func):
 
 
 class RpcFuture(Future):
-    """A :class:`concurrent.futures.Future` whose wait inside a handler lets the
-    handler pool start another thread (nested calls never deadlock)."""
+    """A :class:`concurrent.futures.Future` of one call.
 
-    _pool = None
+    A thread that waits on it (``result``, ``exception``) receives the reply
+    itself, polling for the call's reply tag, so no other thread has to hand
+    it over. Inside a handler the wait lets the handler pool start another
+    thread (nested calls never deadlock).
+    """
 
     def _wait(self, method, timeout):
-        pool = self._pool
-        if pool is None or self.done():
-            return method(self, timeout)
-        with pool.waiting():
-            return method(self, timeout)
+        if self.done():
+            return method(self, 0)
+        with self._agent.pool.waiting():
+            self._agent.wait_for_reply(self, timeout)
+            return method(self, 0)
 
     def result(self, timeout=None):
         return self._wait(Future.result, timeout)
@@ -108,12 +121,17 @@ class Agent:
         self.ctx = ctx
         self.rank, self.size = ctx.rank, ctx.size
         self.registry = registry
-        self.channel = ctx.channel()
+        self.channel = ctx.channel()  # requests
+        self.replies = ctx.channel()  # replies, on the tag each call names
         self.pool = HandlerPool(_HANDLER_THREADS)
         self.rrefs = {}            # rref id -> value owned here
         self._ids = itertools.count()
-        self._pending = {}         # call id -> (future, to, function name)
+        self._pending = {}         # call id -> (future, to, function name, reply tag)
         self._deadlines = []       # heap of (deadline, call id, timeout)
+        self._reply_tags = itertools.count()
+        self._largest_reply_tag = min(self.replies.max_tag, _MAX_REPLY_TAG)
+        self._tags_in_use = set()  # (rank, reply tag) of the pending calls
+        self._precise_sleeps = threading.local()
         self._lock = threading.Lock()
         self._sent = self._answered = self._replies = 0
         self._stopping = False
@@ -137,30 +155,66 @@ class Agent:
                            f"({type(exc).__name__}: {exc}); pass a registered name or a "
                            f"module-level function and picklable arguments") from exc
         future = RpcFuture()
-        future._pool = self.pool
+        future._agent = self
         with self._lock:
             call_id = next(self._ids)
-            self._pending[call_id] = (future, to, name)
+            tag = self._free_reply_tag(to)
+            future._reply = (to, tag)
+            self._pending[call_id] = (future, to, name, tag)
+            self._tags_in_use.add((to, tag))
             if timeout is not None:
                 heapq.heappush(self._deadlines, (time.monotonic() + timeout, call_id, timeout))
             self._sent += 1
-        self.channel.send((call_id, data, buffers), to, REQUEST)
+        self.channel.send((call_id, data, buffers, tag), to, REQUEST)
         return future
+
+    def _free_reply_tag(self, to):
+        """A reply tag (1 or more) no pending call to ``to`` has (under the lock)."""
+        while True:
+            tag = 1 + next(self._reply_tags) % self._largest_reply_tag
+            if (to, tag) not in self._tags_in_use:
+                return tag
+
+    def wait_for_reply(self, future, timeout=None):
+        """Receive replies on ``future``'s tag until it is done (or ``timeout`` seconds
+        pass), sleeping between polls as the service thread does.
+
+        A reply with the tag may be a late one of an earlier call that timed out;
+        like every reply, it completes whichever call it answers (if still pending).
+        """
+        if not getattr(self._precise_sleeps, "set", False):
+            precise_short_sleeps()
+            self._precise_sleeps.set = True
+        to, tag = future._reply
+        poll = self.replies.poll_from
+        clock = time.perf_counter
+        start = clock()
+        while not future.done():
+            message = poll(to, tag)
+            if message is not None:
+                self._complete(message)
+                continue
+            waited = clock() - start
+            if timeout is not None and waited >= timeout:
+                return
+            time.sleep(_REPLY_POLL_SLEEP if waited < _SPIN_SECONDS else
+                       min(_MAX_SLEEP_WAITING, waited / 8))
 
     # -- serving ---------------------------------------------------------------------------
     def _serve(self):
         precise_short_sleeps()
-        poll = self.channel.poll
+        poll_requests, poll_replies = self.channel.poll, self.replies.poll
         clock = time.perf_counter
         last = clock()
         while not self._stopping:
-            received = poll()
-            if received is not None:
-                message, source, tag = received
-                if tag == REQUEST:
-                    self.pool.submit(self._handle, source, message)
-                else:
-                    self._complete(source, message)
+            request = poll_requests()
+            if request is not None:
+                message, source, _ = request
+                self.pool.submit(self._handle, source, message)
+            reply = poll_replies()
+            if reply is not None:  # nobody waits on it yet, or it came late
+                self._complete(reply[0])
+            if request is not None or reply is not None:
                 last = clock()
                 continue
             if self._deadlines:
@@ -172,7 +226,7 @@ class Agent:
             time.sleep(_MIN_SLEEP if idle < _SPIN_SECONDS else min(longest, idle / 8))
 
     def _handle(self, source, message):
-        call_id, data, buffers = message
+        call_id, data, buffers, reply_tag = message
         try:
             func, args, kwargs = unpack(data, buffers)
             if isinstance(func, str):
@@ -181,7 +235,7 @@ class Agent:
         except Exception as exc:  # noqa: BLE001 - the caller gets it as RpcError
             reply = (call_id, False, _describe(exc, self.rank), [])
         try:
-            self.channel.send(reply, source, REPLY)
+            self.replies.send(reply, source, reply_tag)
         finally:
             with self._lock:
                 self._answered += 1
@@ -195,14 +249,15 @@ class Agent:
                            f"on the rank that runs it")
         return func
 
-    def _complete(self, source, message):
+    def _complete(self, message):
+        """Count a received reply and complete its call, if still pending."""
         call_id, ok, data, buffers = message
         with self._lock:
             self._replies += 1
-            entry = self._pending.pop(call_id, None)
+            entry = self._take_pending(call_id)
         if entry is None:
             return  # timed out already
-        future, to, name = entry
+        future, to, name, _ = entry
         if ok:
             try:
                 result = unpack(data, buffers)
@@ -220,16 +275,23 @@ class Agent:
             remote_rank=to, remote_type=remote_type, remote_message=remote_message,
             remote_traceback=remote_traceback))
 
+    def _take_pending(self, call_id):
+        """Remove a pending call (under the lock); its entry, or None."""
+        entry = self._pending.pop(call_id, None)
+        if entry is not None:
+            self._tags_in_use.discard((entry[1], entry[3]))
+        return entry
+
     def _expire(self):
         now = time.monotonic()
         expired = []
         with self._lock:
             while self._deadlines and self._deadlines[0][0] <= now:
                 _, call_id, timeout = heapq.heappop(self._deadlines)
-                entry = self._pending.pop(call_id, None)
+                entry = self._take_pending(call_id)
                 if entry is not None:
                     expired.append((entry, timeout))
-        for (future, to, name), timeout in expired:
+        for (future, to, name, _), timeout in expired:
             future.set_exception(RpcTimeoutError(
                 f"rpc to rank {to} ({name}) did not answer within timeout={timeout:g} s"))
 
@@ -260,13 +322,15 @@ class Agent:
         with self._lock:
             pending, self._pending = self._pending, {}
             self._deadlines.clear()
-        for future, to, name in pending.values():
+            self._tags_in_use.clear()
+        for future, to, name, _ in pending.values():
             if not future.done():
                 future.set_exception(RpcError(f"rpc to rank {to} ({name}): hpcdist.rpc was "
                                               f"shut down before the reply arrived"))
         self.rrefs.clear()
         if free:
             self.channel.free()
+            self.replies.free()
 
 
 def _describe(exc, rank):

@@ -166,8 +166,10 @@ test_a_large_parameter_is_sliced_over_the_ranks_mpi = mpi_twin(
 
 # -- straggler, staleness ------------------------------------------------------------------
 def straggler(ctx):
-    """Rank 1 sleeps 20 ms a step; the others do not."""
-    return lambda step: 0.02 if ctx.rank == 1 else 0.0
+    """Rank 1 sleeps 20 ms a step, the others 1 ms: without a step of their own a fast
+    rank that owns the parameters could finish all its steps before the straggler's first
+    request reaches it, and no update would then be stale."""
+    return lambda step: 0.02 if ctx.rank == 1 else 0.001
 
 
 @pytest.mark.mpi(min_size=2)

@@ -3,6 +3,7 @@ as its ``_mpi`` twin, under ``mpiexec -n N`` (N = 2, 3, 4)."""
 
 import gc
 import operator
+import threading
 import time
 from contextlib import contextmanager
 
@@ -11,6 +12,7 @@ import pytest
 
 import hpcdist
 from hpcdist import rpc
+from hpcdist.rpc.agent import current_agent
 from tests.helpers import assert_on_all_ranks, mpi_twin
 
 
@@ -48,7 +50,6 @@ def negate_and_sum(x):
 
 
 def values_held():
-    from hpcdist.rpc.agent import current_agent
     return len(current_agent().rrefs)
 
 
@@ -152,6 +153,50 @@ def test_timeouts(service):
         assert rpc.rpc_sync(_next(ctx), slow, (0.0, 2), timeout=30) == 2
 
 
+def test_a_late_reply_never_reaches_a_later_call(service):
+    # a waiting caller receives the replies on its call's tag itself: the reply of a call
+    # that timed out is dropped (and counted, so wait_all returns), never taken as the
+    # answer of a later call
+    ctx = service
+    with all_ranks(ctx, "late reply"):
+        with pytest.raises(rpc.RpcTimeoutError):
+            rpc.rpc_sync(_next(ctx), slow, (0.2, "late"), timeout=0.01)
+        deadline = time.monotonic() + 0.4
+        answers = []
+        while time.monotonic() < deadline:  # calls before, during and after the late reply
+            answers.append(rpc.rpc_sync(_next(ctx), slow, (0.01, "fresh")))
+        assert set(answers) == {"fresh"}
+    rpc.wait_all()
+
+
+def test_waiting_calls_from_many_threads(service):
+    ctx = service
+    results = {}
+
+    def caller(thread):
+        results[thread] = [rpc.rpc_sync((thread + i) % ctx.size, operator.add, (thread, i))
+                           for i in range(50)]
+
+    with all_ranks(ctx, "threads"):
+        threads = [threading.Thread(target=caller, args=(t,)) for t in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert results == {t: [t + i for i in range(50)] for t in range(8)}
+
+
+def test_reply_tags_skip_those_in_use(service):
+    agent = current_agent()
+    agent._largest_reply_tag = 3
+    agent._tags_in_use.update({(0, 1), (0, 2)})
+    try:
+        assert [agent._free_reply_tag(0) for _ in range(3)] == [3, 3, 3]
+        assert agent._free_reply_tag(1) in (1, 2, 3)
+    finally:
+        agent._tags_in_use.difference_update({(0, 1), (0, 2)})
+
+
 def test_arrays_of_ten_million_elements(service):
     ctx = service
     x = np.arange(10**7, dtype=np.float32) * (ctx.rank + 1)
@@ -245,6 +290,9 @@ test_a_thousand_concurrent_calls_mpi = mpi_twin(test_a_thousand_concurrent_calls
 test_nested_chains_around_all_ranks_mpi = mpi_twin(test_nested_chains_around_all_ranks)
 test_remote_exception_mpi = mpi_twin(test_remote_exception)
 test_timeouts_mpi = mpi_twin(test_timeouts)
+test_a_late_reply_never_reaches_a_later_call_mpi = mpi_twin(
+    test_a_late_reply_never_reaches_a_later_call)
+test_waiting_calls_from_many_threads_mpi = mpi_twin(test_waiting_calls_from_many_threads)
 test_arrays_of_ten_million_elements_mpi = mpi_twin(test_arrays_of_ten_million_elements)
 test_remote_references_mpi = mpi_twin(test_remote_references)
 test_large_results_kept_while_more_arrive_mpi = mpi_twin(test_large_results_kept_while_more_arrive)

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import pytest
 from mpi4py import MPI
 
 from hpcdist.launch.environment import LAUNCHER_PREFIXES
@@ -81,7 +82,9 @@ def all_ranks(what=""):
     message = None
     try:
         yield
-    except Exception as exc:  # noqa: BLE001 - we re-raise on every rank
+    # pytest.raises' "DID NOT RAISE" and pytest.fail are no Exception: left out, they
+    # would leave the other ranks waiting in the agreement below
+    except (Exception, pytest.fail.Exception) as exc:  # noqa: BLE001 - re-raised on every rank
         tb = traceback.format_exception_only(type(exc), exc)
         message = (what + ": " if what else "") + "".join(tb).strip()
     assert_on_all_ranks(message is None, message)

@@ -83,6 +83,8 @@ class RpcFuture(Future):
     thread (nested calls never deadlock).
     """
 
+    _deadline = None  # time.monotonic() when the call times out (timeout=), if it does
+
     def _wait(self, method, timeout):
         if self.done():
             return method(self, 0)
@@ -162,7 +164,8 @@ class Agent:
             self._pending[call_id] = (future, to, name, tag)
             self._tags_in_use.add((to, tag))
             if timeout is not None:
-                heapq.heappush(self._deadlines, (time.monotonic() + timeout, call_id, timeout))
+                future._deadline = time.monotonic() + timeout
+                heapq.heappush(self._deadlines, (future._deadline, call_id, timeout))
             self._sent += 1
         self.channel.send((call_id, data, buffers, tag), to, REQUEST)
         return future
@@ -188,10 +191,14 @@ class Agent:
         poll = self.replies.poll_from
         clock = time.perf_counter
         start = clock()
+        deadline = future._deadline
         while not future.done():
             message = poll(to, tag)
             if message is not None:
                 self._complete(message)
+                continue
+            if deadline is not None and time.monotonic() >= deadline:
+                self._expire()  # the call's own timeout, not left to the service thread
                 continue
             waited = clock() - start
             if timeout is not None and waited >= timeout:

@@ -65,7 +65,9 @@ def all_ranks(ctx, what):
     message = None
     try:
         yield
-    except Exception as exc:  # noqa: BLE001 - raised again on every rank
+    # pytest.raises' "DID NOT RAISE" is no Exception: left out, it would leave the other
+    # ranks waiting in the barrier below
+    except (Exception, pytest.fail.Exception) as exc:  # noqa: BLE001 - raised on every rank
         message = f"{what}: {type(exc).__name__}: {exc}"
     ctx.barrier()
     assert_on_all_ranks(message is None, message)

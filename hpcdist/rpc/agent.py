@@ -193,12 +193,12 @@ class Agent:
         start = clock()
         deadline = future._deadline
         while not future.done():
+            if deadline is not None and time.monotonic() >= deadline:
+                self._expire()  # the call's own timeout, not left to the service thread
+                continue
             message = poll(to, tag)
             if message is not None:
                 self._complete(message)
-                continue
-            if deadline is not None and time.monotonic() >= deadline:
-                self._expire()  # the call's own timeout, not left to the service thread
                 continue
             waited = clock() - start
             if timeout is not None and waited >= timeout:

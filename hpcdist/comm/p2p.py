@@ -22,6 +22,7 @@ from .calls import (
     refuse_read_only,
     resolve,
     resolve_receiver,
+    spec_of,
 )
 from .headers import HEADER_BYTES, OK, pack_header, read_inline, unpack_header, write_inline
 from .mpi import MPI
@@ -178,10 +179,13 @@ def _finish_receive(first, status, out, ctx, name, shape_known=False):
     ``shape_known`` (check mode): the sender promised ``out``'s shape and dtype.
     """
     _, shape, dtype, kind, scalar_type, inline, offset = unpack_header(first)
-    if (inline and not shape_known and type(out) is np.ndarray and out.shape == shape
+    if (not shape_known and type(out) is np.ndarray and out.shape == shape
             and out.dtype is dtype and out.flags.c_contiguous):
-        # the common case, kept short: small data into the receiver's own array
-        read_inline(first, offset, out)
+        # the common case, kept short: data into the receiver's own (writable) array
+        if inline:
+            read_inline(first, offset, out)
+        else:
+            ctx.comm.Recv(spec_of(out), status.Get_source(), status.Get_tag())
         return out, out.nbytes
     source, tag = status.Get_source(), status.Get_tag()
     nbytes = math.prod(shape) * dtype.itemsize

@@ -26,14 +26,15 @@ def test_send_recv_new_array(ctx, dtype, shape):
             check_array(got, data, dtype=dtype, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("shape", [(5, 3), (700, 3)], ids=["inline", "after the header"])
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, BFLOAT16], ids=dtype_name)
-def test_send_recv_into_out(ctx, dtype):
-    data = make_input(1, (5, 3), dtype, seed=302)
+def test_send_recv_into_out(ctx, dtype, shape):
+    data = make_input(1, shape, dtype, seed=302)
     got = out = None
     if ctx.rank == 1:
         hpcdist.send(data, 0)
     elif ctx.rank == 0:
-        out = np.zeros((5, 3), dtype=dtype)
+        out = np.zeros(shape, dtype=dtype)
         got = hpcdist.recv(source=1, out=out)
     with all_ranks():
         if ctx.rank == 0:

@@ -24,7 +24,7 @@ from hpcdist.ml.forest._level_kernels import (
     evaluate_nodes,
     partition_nodes,
 )
-from hpcdist.ml.forest._predict_kernels import forest_mean_values
+from hpcdist.ml.forest._predict_kernels import forest_mean_values, oob_sums
 from hpcdist.ml.forest._split_kernels import CRITERIA, SplitSettings, best_threshold
 from hpcdist.ml.forest._subtree_kernels import (
     SMALL_NODE_ROWS,
@@ -345,11 +345,7 @@ def test_forest_mean_values_in_blocks_and_lanes_equals_one_row_at_a_time(block, 
     expected = np.zeros((len(rows), forest.n_values))
     for i, row in enumerate(rows):
         for t in range(forest.n_trees):
-            base = node = forest.tree_offsets[t]
-            while forest.feature[node] >= 0:
-                go_left = row[forest.feature[node]] <= forest.threshold[node]
-                node = base + (forest.left[node] if go_left else forest.right[node])
-            expected[i] += forest.value[node]
+            expected[i] += forest.value[_plain_leaf(forest, t, row)]
     expected /= forest.n_trees
     out = np.full_like(expected, np.nan)
     if binned:
@@ -360,6 +356,42 @@ def test_forest_mean_values_in_blocks_and_lanes_equals_one_row_at_a_time(block, 
     forest_mean_values(arguments[0], forest.tree_offsets, forest._split_links(), arguments[1],
                        forest.value, block, out)
     np.testing.assert_array_equal(out, expected)
+
+
+def _plain_leaf(forest, tree, row):
+    """The leaf of raw ``row`` in ``tree``, one node at a time."""
+    base = node = forest.tree_offsets[tree]
+    while forest.feature[node] >= 0:
+        go_left = row[forest.feature[node]] <= forest.threshold[node]
+        node = base + (forest.left[node] if go_left else forest.right[node])
+    return node
+
+
+@pytest.mark.parametrize("block", [8, 40, 1000])
+def test_out_of_bag_sums_in_blocks_equal_a_plain_walk(block):
+    """Binned rows out of each tree's bag, in blocks and lanes: the sums of a plain walk of
+    the raw rows over the trees whose bootstrap weight of the row is 0, in tree order."""
+    X, y = make_classification(600, 6, 3, random_state=4)
+    model = RandomForestClassifier(9, max_bins=32, random_state=2).fit(X, y)
+    forest, seed = model.forest_, model._seed
+    rows, global_index = X[:397], np.arange(397, dtype=np.int64) * 3 + 5
+    bootstrapped = np.ones(forest.n_trees, dtype=np.uint8)
+    bootstrapped[4] = 0  # a tree that saw every row: never out of its bag
+    expected = np.zeros((len(rows), forest.n_values))
+    expected_counts = np.zeros(len(rows), dtype=np.int64)
+    for i, row in enumerate(rows):
+        for t in range(forest.n_trees):
+            if bootstrapped[t] and bootstrap_weight(seed, t, np.uint64(global_index[i])) == 0:
+                expected[i] += forest.value[_plain_leaf(forest, t, row)]
+                expected_counts[i] += 1
+    assert expected_counts.sum() > len(rows)  # about 8 trees x e**-1 a row
+    sums, counts = np.full_like(expected, np.nan), np.full(len(rows), -1)
+    oob_sums(model.bin_edges_.transform(rows), global_index, seed,
+             np.arange(forest.n_trees, dtype=np.int64), bootstrapped, forest.tree_offsets,
+             forest._split_links(), forest._binned_thresholds(), forest.value, block, sums,
+             counts)
+    np.testing.assert_array_equal(sums, expected)
+    np.testing.assert_array_equal(counts, expected_counts)
 
 
 def test_forest_builder_appends_trees_and_grows_when_the_estimate_is_short():

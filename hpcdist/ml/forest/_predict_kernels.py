@@ -8,17 +8,6 @@ from ._kernel_flags import EXACT, EXACT_PARALLEL
 __all__ = ["LANES", "forest_mean_values", "oob_sums"]
 
 
-@njit(**EXACT)
-def _leaf_of(X, i, tree_base, feature, threshold, left, right):
-    node = 0
-    while feature[tree_base + node] >= 0:
-        if X[i, feature[tree_base + node]] <= threshold[tree_base + node]:
-            node = left[tree_base + node]
-        else:
-            node = right[tree_base + node]
-    return tree_base + node
-
-
 #: Rows traversed together, each one step deeper in turn: their cache misses overlap.
 LANES = 8
 
@@ -72,21 +61,49 @@ def forest_mean_values(rows, tree_offsets, links, thresholds, value, block, out)
 
 
 @njit(**EXACT_PARALLEL)
-def oob_sums(X, global_index, seed, trees, bootstrapped, tree_offsets, feature, threshold, left,
-             right, value, out, n_out):
+def oob_sums(rows, global_index, seed, trees, bootstrapped, tree_offsets, links, thresholds,
+             value, block, out, n_out):
     """Sum of the leaf values of the trees whose bootstrap left row ``i`` out (and their number).
 
-    Trees with ``bootstrapped[t] == 0`` saw every row (no row is out of their bag).
+    Rows and nodes as in :func:`forest_mean_values`, blocks of ``block`` rows
+    in parallel. Within a block, tree after tree, the rows out of the tree's
+    bag go through it :data:`LANES` at a time (copied side by side), so a
+    row's sum adds its trees in order. Trees with ``bootstrapped[t] == 0``
+    saw every row (no row is out of their bag).
     """
-    for i in prange(X.shape[0]):
-        g = np.uint64(global_index[i])
-        for c in range(value.shape[1]):
-            out[i, c] = 0.0
-        n_out[i] = 0
+    n_rows = rows.shape[0]
+    for b in prange((n_rows + block - 1) // block):
+        start, stop = b * block, min(n_rows, (b + 1) * block)
+        node = np.empty(LANES, dtype=np.int64)
+        picked = np.empty(LANES, dtype=np.int64)
+        lanes = np.empty((LANES, rows.shape[1]), dtype=rows.dtype)
+        out[start:stop, :] = 0.0
+        n_out[start:stop] = 0
         for t in range(tree_offsets.shape[0] - 1):
-            if bootstrapped[t] == 0 or bootstrap_weight(seed, trees[t], g) != 0:
+            if bootstrapped[t] == 0:
                 continue
-            leaf = _leaf_of(X, i, tree_offsets[t], feature, threshold, left, right)
-            for c in range(value.shape[1]):
-                out[i, c] += value[leaf, c]
-            n_out[i] += 1
+            k = 0
+            for i in range(start, stop):
+                if bootstrap_weight(seed, trees[t], np.uint64(global_index[i])) != 0:
+                    continue
+                picked[k] = i
+                lanes[k, :] = rows[i, :]
+                k += 1
+                if k == LANES:
+                    _add_leaf_values(lanes, picked, k, tree_offsets[t], links, thresholds,
+                                     value, node, out, n_out)
+                    k = 0
+            if k:
+                _add_leaf_values(lanes, picked, k, tree_offsets[t], links, thresholds, value,
+                                 node, out, n_out)
+
+
+@njit(**EXACT)
+def _add_leaf_values(lanes, picked, k, tree_base, links, thresholds, value, node, out, n_out):
+    """Add the leaf values of the ``k`` rows in ``lanes`` (rows ``picked``) in one tree to
+    their sums and counts."""
+    _leaves_of(lanes, 0, k, tree_base, links, thresholds, node)
+    for j in range(k):
+        for c in range(value.shape[1]):
+            out[picked[j], c] += value[node[j], c]
+        n_out[picked[j]] += 1

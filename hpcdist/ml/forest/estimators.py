@@ -24,7 +24,6 @@ from .._base import (
 )
 from .._validation import check_local_data
 from ._hash_kernels import MAX_BOOTSTRAP_WEIGHT
-from ._predict_kernels import oob_sums
 from ._split_kernels import CRITERIA
 from .binning import BinEdges, find_bin_edges
 from .grow import NO_DEPTH_LIMIT, GrowSettings, grow_trees, training_rows
@@ -314,16 +313,8 @@ class _BaseForest(DistributedEstimator):
         return self.forest_.feature_importances(self.n_features_in_)
 
     def _oob_sums(self, prepared):
-        n = len(prepared.X)
-        sums = np.empty((n, self._n_values()), dtype=np.float64)
-        counts = np.empty(n, dtype=np.int64)
-        forest = self.forest_
-        if n:
-            oob_sums(prepared.X, prepared.global_index, self._seed,
-                     np.arange(forest.n_trees, dtype=np.int64), self._bootstrapped,
-                     forest.tree_offsets, forest.feature, forest.threshold, forest.left,
-                     forest.right, forest.value, sums, counts)
-        return sums, counts
+        return self.forest_.out_of_bag_sums(prepared.Xb, prepared.global_index, self._seed,
+                                            self._bootstrapped)
 
     def _warn_if_no_oob(self, missing, ctx):
         if missing and ctx.rank == 0:

@@ -3,7 +3,7 @@ import numba
 import numpy as np
 
 from ...exceptions import InvalidArgumentError
-from ._predict_kernels import LANES, forest_mean_values
+from ._predict_kernels import LANES, forest_mean_values, oob_sums
 
 __all__ = ["Forest", "ForestBuilder"]
 
@@ -114,20 +114,38 @@ class Forest:
         """:meth:`mean_values` of rows binned with the edges the forest was grown on
         (uint8, ``bin <= threshold_bin`` exactly where ``x <= threshold``): the same
         values, from smaller rows and nodes."""
+        return self._mean_values(Xb, self._binned_thresholds())
+
+    def _binned_thresholds(self):
+        """Every node's bin threshold as uint8 (0 at leaves; made once)."""
         if self._bin_thresholds is None:
             self._bin_thresholds = np.where(self.feature >= 0, self.threshold_bin,
                                             0).astype(np.uint8)
-        return self._mean_values(Xb, self._bin_thresholds)
+        return self._bin_thresholds
 
     def _mean_values(self, rows, thresholds):
         out = np.empty((len(rows), self.n_values), dtype=np.float64)
         if len(rows):
-            # blocks for every thread, of up to PREDICT_BLOCK rows
-            block = -(-len(rows) // numba.get_num_threads())
-            block = min(PREDICT_BLOCK, max(LANES, -(-block // LANES) * LANES))
             forest_mean_values(rows, self.tree_offsets, self._split_links(), thresholds,
-                               self.value, block, out)
+                               self.value, _block_of(len(rows)), out)
         return out
+
+    def out_of_bag_sums(self, Xb, global_index, seed, bootstrapped):
+        """Per row of ``Xb`` (binned as for :meth:`mean_values_binned`), the sum of the
+        leaf values of the trees whose bootstrap left it out, and their number.
+
+        ``global_index``: the rows' indices in the whole data set; ``seed``: the
+        bootstrap's seed; ``bootstrapped[t]``: whether tree ``t`` drew a
+        bootstrap (else it saw every row).
+        """
+        n = len(Xb)
+        sums = np.empty((n, self.n_values), dtype=np.float64)
+        counts = np.empty(n, dtype=np.int64)
+        if n:
+            oob_sums(Xb, global_index, seed, np.arange(self.n_trees, dtype=np.int64),
+                     bootstrapped, self.tree_offsets, self._split_links(),
+                     self._binned_thresholds(), self.value, _block_of(n), sums, counts)
+        return sums, counts
 
     def _split_links(self):
         """``right << 32 | feature`` of every split node, -1 at leaves (made once)."""
@@ -274,3 +292,10 @@ class ForestBuilder:
         self.offsets = [offsets]
         return Forest(offsets, **{name: array[:self.n_nodes]
                                   for name, array in self.arrays.items()})
+
+
+def _block_of(n_rows):
+    """Rows a thread takes at a time: a share for every thread, at most PREDICT_BLOCK, a
+    multiple of LANES."""
+    block = -(-n_rows // numba.get_num_threads())
+    return min(PREDICT_BLOCK, max(LANES, -(-block // LANES) * LANES))

@@ -183,6 +183,8 @@ class Agent:
 
         A reply with the tag may be a late one of an earlier call that timed out;
         like every reply, it completes whichever call it answers (if still pending).
+        The first wait of a thread sets its timer slack to 1 us, as the service
+        thread's (:func:`~hpcdist.comm.threads.precise_short_sleeps`).
         """
         if not getattr(self._precise_sleeps, "set", False):
             precise_short_sleeps()

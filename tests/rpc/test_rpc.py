@@ -1,6 +1,7 @@
 """hpcdist.rpc at any number of ranks: each test runs serially (calls to itself) and,
 as its ``_mpi`` twin, under ``mpiexec -n N`` (N = 2, 3, 4)."""
 
+import concurrent.futures
 import gc
 import operator
 import threading
@@ -171,6 +172,20 @@ def test_a_late_reply_never_reaches_a_later_call(service):
     rpc.wait_all()
 
 
+def test_futures_complete_with_nobody_waiting_on_them(service):
+    # replies nobody polls for are the service thread's: concurrent.futures.wait and
+    # callbacks see the futures complete
+    ctx = service
+    with all_ranks(ctx, "futures.wait"):
+        called = []
+        futures = [rpc.rpc_async(i % ctx.size, operator.add, (i, 1)) for i in range(50)]
+        futures[0].add_done_callback(called.append)
+        done, not_done = concurrent.futures.wait(futures, timeout=30)
+        assert not not_done
+        assert [f.result() for f in futures] == [i + 1 for i in range(50)]
+        assert called == [futures[0]]
+
+
 def test_waiting_calls_from_many_threads(service):
     ctx = service
     results = {}
@@ -295,6 +310,8 @@ test_timeouts_mpi = mpi_twin(test_timeouts)
 test_a_late_reply_never_reaches_a_later_call_mpi = mpi_twin(
     test_a_late_reply_never_reaches_a_later_call)
 test_waiting_calls_from_many_threads_mpi = mpi_twin(test_waiting_calls_from_many_threads)
+test_futures_complete_with_nobody_waiting_on_them_mpi = mpi_twin(
+    test_futures_complete_with_nobody_waiting_on_them)
 test_arrays_of_ten_million_elements_mpi = mpi_twin(test_arrays_of_ten_million_elements)
 test_remote_references_mpi = mpi_twin(test_remote_references)
 test_large_results_kept_while_more_arrive_mpi = mpi_twin(test_large_results_kept_while_more_arrive)

@@ -222,11 +222,11 @@ class Agent:
             reply = poll_replies()
             if reply is not None:  # nobody waits on it yet, or it came late
                 self._complete(reply[0])
+            if self._deadlines:  # every pass: under a stream of messages too
+                self._expire()
             if request is not None or reply is not None:
                 last = clock()
                 continue
-            if self._deadlines:
-                self._expire()
             # a real sleep, never sleep(0): a thread that only yields may take the GIL
             # straight back and keep the handlers from it for a whole switch interval
             idle = clock() - last

@@ -10,7 +10,8 @@ and rank 1 answering:
 
 ``rpc``
     ``rpc_sync(1, echo, args=(x,))``: rank 1's RPC service thread receives
-    the call and a handler sends ``x`` back; rank 0 gets a new array.
+    the call and a handler sends ``x`` back; rank 0's calling thread
+    receives the reply itself, a new array.
 ``mpi4py``
     ``comm.Send(x, 1); comm.Recv(buf, 1)`` and rank 1's mirror on
     ``ctx.comm``, into buffers allocated once: the floor of any round trip.

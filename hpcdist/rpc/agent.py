@@ -127,7 +127,7 @@ class Agent:
         self.pool = HandlerPool(_HANDLER_THREADS)
         self.rrefs = {}            # rref id -> value owned here
         self._ids = itertools.count()
-        self._pending = {}         # call id -> (future, to, function name, reply tag)
+        self._pending = {}         # call id -> (future, to, function name)
         self._deadlines = []       # heap of (deadline, call id, timeout)
         self._reply_tags = itertools.count()
         self._largest_reply_tag = min(self.replies.max_tag, _MAX_REPLY_TAG)
@@ -161,7 +161,7 @@ class Agent:
             call_id = next(self._ids)
             tag = self._free_reply_tag(to)
             future._reply = (to, tag)
-            self._pending[call_id] = (future, to, name, tag)
+            self._pending[call_id] = (future, to, name)
             self._tags_in_use.add((to, tag))
             if timeout is not None:
                 future._deadline = time.monotonic() + timeout
@@ -191,18 +191,18 @@ class Agent:
             self._precise_sleeps.set = True
         to, tag = future._reply
         poll = self.replies.poll_from
-        clock = time.perf_counter
-        start = clock()
+        start = time.monotonic()
         deadline = future._deadline
         while not future.done():
-            if deadline is not None and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
                 self._expire()  # the call's own timeout, not left to the service thread
                 continue
             message = poll(to, tag)
             if message is not None:
                 self._complete(message)
                 continue
-            waited = clock() - start
+            waited = now - start
             if timeout is not None and waited >= timeout:
                 return
             time.sleep(_REPLY_POLL_SLEEP if waited < _SPIN_SECONDS else
@@ -265,7 +265,7 @@ class Agent:
             entry = self._take_pending(call_id)
         if entry is None:
             return  # timed out already
-        future, to, name, _ = entry
+        future, to, name = entry
         if ok:
             try:
                 result = unpack(data, buffers)
@@ -287,7 +287,7 @@ class Agent:
         """Remove a pending call (under the lock); its entry, or None."""
         entry = self._pending.pop(call_id, None)
         if entry is not None:
-            self._tags_in_use.discard((entry[1], entry[3]))
+            self._tags_in_use.discard(entry[0]._reply)
         return entry
 
     def _expire(self):
@@ -299,7 +299,7 @@ class Agent:
                 entry = self._take_pending(call_id)
                 if entry is not None:
                     expired.append((entry, timeout))
-        for (future, to, name, _), timeout in expired:
+        for (future, to, name), timeout in expired:
             future.set_exception(RpcTimeoutError(
                 f"rpc to rank {to} ({name}) did not answer within timeout={timeout:g} s"))
 
@@ -331,7 +331,7 @@ class Agent:
             pending, self._pending = self._pending, {}
             self._deadlines.clear()
             self._tags_in_use.clear()
-        for future, to, name, _ in pending.values():
+        for future, to, name in pending.values():
             if not future.done():
                 future.set_exception(RpcError(f"rpc to rank {to} ({name}): hpcdist.rpc was "
                                               f"shut down before the reply arrived"))

@@ -37,8 +37,8 @@ __all__ = ["RandomForestClassifier", "RandomForestRegressor"]
 class _Prepared:
     """One call's validated, binned rows and what the growth needs."""
 
-    def __init__(self, X, Xb, target, global_index, n_global, y):
-        self.X, self.Xb, self.target = X, Xb, target
+    def __init__(self, Xb, target, global_index, n_global, y):
+        self.Xb, self.target = Xb, target
         self.global_index, self.n_global, self.y = global_index, n_global, y
 
 
@@ -203,7 +203,7 @@ class _BaseForest(DistributedEstimator):
                                              int(self.max_bins), self._seed)
         target = self._encode_targets(data, data.y, ctx, first)
         Xb = self.bin_edges_.transform(data.X)
-        return _Prepared(data.X, Xb, target, global_index, data.n_global, data.y)
+        return _Prepared(Xb, target, global_index, data.n_global, data.y)
 
     def _settings(self, prepared):
         split, leaf = self._min_counts(prepared.n_global)

@@ -14,6 +14,7 @@ import pytest
 import hpcdist
 from hpcdist import rpc
 from hpcdist.rpc.agent import current_agent
+from tests.helpers import all_ranks as agree_on_all_ranks
 from tests.helpers import assert_on_all_ranks, mpi_twin
 
 
@@ -63,15 +64,11 @@ def all_ranks(ctx, what):
     """tests.helpers.all_ranks, with a barrier first: a rank that finished its calls
     keeps serving the others' in MPI_Barrier (which releases the GIL), not in mpi4py's
     pickle-based allreduce (which holds it, so this rank's service thread would stop)."""
-    message = None
-    try:
-        yield
-    # pytest.raises' "DID NOT RAISE" is no Exception: left out, it would leave the other
-    # ranks waiting in the barrier below
-    except (Exception, pytest.fail.Exception) as exc:  # noqa: BLE001 - raised on every rank
-        message = f"{what}: {type(exc).__name__}: {exc}"
-    ctx.barrier()
-    assert_on_all_ranks(message is None, message)
+    with agree_on_all_ranks(what):
+        try:
+            yield
+        finally:
+            ctx.barrier()
 
 
 def _next(ctx):

@@ -17,6 +17,7 @@ buffers, so a service can send the payload inside a message whose envelope
 import pickle
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -29,6 +30,9 @@ __all__ = ["MessageChannel", "ReceiveBuffers", "open_channel", "pack", "unpack",
 IN_BAND_BYTES = 256 * 1024
 #: received buffers from this size up are kept for reuse, at most this many bytes in all
 POOLED_FROM, POOL_BYTES = 1 << 20, 256 << 20
+#: a send polls for its completion, sleeping at first this long between tests, at most
+#: the longest: a blocking MPI wait spins a core the receiver may need to take the message
+SEND_POLL_SLEEP, SEND_POLL_LONGEST_SLEEP = 1e-5, 2e-4
 _UNREFERENCED = 3  # getrefcount of a kept buffer nothing else holds: the list, a name, the call
 _LEVEL_NAMES = ("THREAD_SINGLE", "THREAD_FUNNELED", "THREAD_SERIALIZED", "THREAD_MULTIPLE")
 
@@ -131,8 +135,19 @@ class MessageChannel:
         return _Requests(requests, sizes)
 
     def send(self, obj, dest, tag):
-        """Send ``obj`` to ``dest`` and return when its buffers may be reused."""
-        self.isend(obj, dest, tag).wait()
+        """Send ``obj`` to ``dest`` and return when its buffers may be reused.
+
+        Waits by testing with short sleeps in between (see
+        :data:`SEND_POLL_SLEEP`), not in a blocking MPI wait, which spins: with
+        more ranks than cores, the receiver's services share the cores with
+        the senders (4 parameter-server workers on 2 cores: a 300 KiB push
+        round trip took 5.5 ms on average with blocking sends, 2.1 ms polled).
+        """
+        request = self.isend(obj, dest, tag)
+        pause = SEND_POLL_SLEEP
+        while not request.Test():
+            time.sleep(pause)
+            pause = min(2 * pause, SEND_POLL_LONGEST_SLEEP)
 
     def poll(self):
         """Receive one waiting message, if any: ``(obj, source, tag)``, or None at once.
@@ -258,8 +273,8 @@ class ReceiveBuffers:
 
 
 class _Requests:
-    """The requests of one message's parts (``wait()`` waits for all); keeps the
-    size header alive until then."""
+    """The requests of one message's parts (``wait()`` waits for all, ``Test()`` tests
+    all); keeps the size header alive until then."""
 
     def __init__(self, requests, header):
         self._requests = requests
@@ -267,3 +282,7 @@ class _Requests:
 
     def wait(self):
         MPI.Request.Waitall(self._requests)
+
+    def Test(self):  # noqa: N802 - as mpi4py's MPI.Request.Test
+        """Whether every part has been sent."""
+        return MPI.Request.Testall(self._requests)

@@ -119,7 +119,7 @@ class MessageChannel:
         self.size = comm.Get_size()
 
     def isend(self, obj, dest, tag):
-        """Post ``obj`` to rank ``dest``; returns a request with ``wait()``.
+        """Post ``obj`` to rank ``dest``; returns a request with ``Test()``.
 
         Large buffers are sent from ``obj``'s own memory: leave it unchanged
         until the request completes.
@@ -273,15 +273,12 @@ class ReceiveBuffers:
 
 
 class _Requests:
-    """The requests of one message's parts (``wait()`` waits for all, ``Test()`` tests
-    all); keeps the size header alive until then."""
+    """The requests of one message's parts (``Test()`` tests all); keeps the size header
+    alive until then."""
 
     def __init__(self, requests, header):
         self._requests = requests
         self._header = header
-
-    def wait(self):
-        MPI.Request.Waitall(self._requests)
 
     def Test(self):  # noqa: N802 - as mpi4py's MPI.Request.Test
         """Whether every part has been sent."""

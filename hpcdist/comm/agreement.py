@@ -16,7 +16,7 @@ import types
 import numpy as np
 
 from ..exceptions import ConfigMismatchError
-from .checks import format_ranks, mark_raised_on_every_rank
+from .checks import format_ranks, mark_raised_on_every_rank, watched
 from .mpi import MPI
 
 __all__ = ["agree_config", "describe_value", "Described", "described_layouts"]
@@ -154,10 +154,11 @@ def agree_config(ctx, where, values, fix=None):
         return
     descriptions = [(str(name), describe_value(value)) for name, value in values.items()]
     digests = np.empty((ctx.size, _DIGEST_BYTES), dtype=np.uint8)
-    ctx._private_comm.Allgather([_digest(descriptions), MPI.BYTE], [digests, MPI.BYTE])
-    if (digests == digests[0]).all():
-        return
-    all_descriptions = ctx._private_comm.allgather(descriptions)
+    with watched(ctx, f"agree_config ({where})"):
+        ctx._private_comm.Allgather([_digest(descriptions), MPI.BYTE], [digests, MPI.BYTE])
+        if (digests == digests[0]).all():
+            return
+        all_descriptions = ctx._private_comm.allgather(descriptions)
     message = _first_difference(where, all_descriptions)
     raise mark_raised_on_every_rank(
         ConfigMismatchError(message if fix is None else f"{message}; {fix}"))

@@ -5,7 +5,8 @@ from contextlib import contextmanager
 from ..exceptions import CollectiveMismatchError, HpcdistError
 
 __all__ = ["agree", "format_ranks", "raise_on_every_rank", "validated_on_every_rank",
-           "shared_error_type", "mark_raised_on_every_rank", "raised_on_every_rank"]
+           "shared_error_type", "mark_raised_on_every_rank", "raised_on_every_rank",
+           "watched"]
 
 _EVERY_RANK = "hpcdist_raised_on_every_rank"
 
@@ -24,6 +25,20 @@ def mark_raised_on_every_rank(error):
 def raised_on_every_rank(error):
     """Whether ``error`` was raised on every rank (see :func:`mark_raised_on_every_rank`)."""
     return getattr(error, _EVERY_RANK, False)
+
+@contextmanager
+def watched(ctx, name):
+    """Mark ``name`` in flight on ``ctx`` for the stall watchdog while the block runs, for
+    an exchange on the private communicator outside any collective (not counted in the
+    statistics): a rank that died leaves the others waiting there too, and the watchdog
+    must see them to end the job. The mark in place before is restored afterwards."""
+    previous = ctx._inflight
+    ctx._begin(name)
+    try:
+        yield
+    finally:
+        ctx._inflight = previous
+
 
 #: built-in exception types a rank's failure is re-raised as on the other ranks
 _BUILTIN_ERRORS = {cls.__name__: cls for cls in (
@@ -94,7 +109,8 @@ def agree(ctx, name, *fields):
     """
     if ctx.size == 1:
         return
-    signatures = ctx._private_comm.allgather((name, fields))
+    with watched(ctx, f"{name} (check mode)"):
+        signatures = ctx._private_comm.allgather((name, fields))
     names = {signature[0] for signature in signatures}
     if len(names) == 1 and _consistent([f for _, f in signatures]):
         return
@@ -120,7 +136,8 @@ def raise_on_every_rank(ctx, error=None):
             raise mark_raised_on_every_rank(error)
         return
     report = None if error is None else (type(error).__name__, str(error))
-    reports = ctx._private_comm.allgather(report)
+    with watched(ctx, "raise_on_every_rank"):
+        reports = ctx._private_comm.allgather(report)
     failed = {rank: report for rank, report in enumerate(reports) if report is not None}
     if not failed:
         return

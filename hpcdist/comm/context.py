@@ -13,6 +13,7 @@ from ..exceptions import InvalidArgumentError
 from . import messages, movement, neighbors, objects, p2p, reductions, requests
 from .background import CommunicationThread
 from .calls import Call, describe
+from .checks import watched
 from .devices import detect_cuda_aware, select_device
 from .dtypes import load_datatypes
 from .mpi import MPI
@@ -227,10 +228,10 @@ class Context:
             return None
         members = self.comm.Get_group().Incl(ranks)
         try:
-            comm = self.comm.Create_group(members)
+            with watched(self, "group"):
+                return self._child(self.comm.Create_group(members))
         finally:
             members.Free()
-        return self._child(comm)
 
     def split(self, color, key=0):
         """Partition the ranks by ``color``, ordered by ``key`` then rank (collective).
@@ -241,10 +242,9 @@ class Context:
             Ranks with the same color share a new context; None gives None.
         key : int, default=0
         """
-        comm = self.comm.Split(MPI.UNDEFINED if color is None else int(color), int(key))
-        if comm == MPI.COMM_NULL:
-            return None
-        return self._child(comm)
+        with watched(self, "split"):
+            comm = self.comm.Split(MPI.UNDEFINED if color is None else int(color), int(key))
+            return None if comm == MPI.COMM_NULL else self._child(comm)
 
     def graph(self, sources, destinations=None):
         """A context of the same ranks with a distributed-graph topology (collective);
@@ -254,7 +254,8 @@ class Context:
     def channel(self):
         """A :class:`~hpcdist.comm.messages.MessageChannel` of pickled messages on a
         duplicate of the communicator (collective); the caller frees it."""
-        return messages.open_channel(self)
+        with watched(self, "channel"):
+            return messages.open_channel(self)
 
     def barrier(self):
         """Wait until every rank of the context has arrived."""

@@ -17,7 +17,7 @@ Examples
 from .._checks import is_integer
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from .calls import NP_SCALAR, PY_SCALAR, resolve
-from .checks import agree, mark_raised_on_every_rank, validated_on_every_rank
+from .checks import agree, mark_raised_on_every_rank, validated_on_every_rank, watched
 from .mpi import MPI
 
 __all__ = ["create_graph", "neighbor_allgather", "graph_neighbors"]
@@ -85,13 +85,14 @@ def create_graph(ctx, sources, destinations=None):
         sources = _checked_ranks(sources, "sources", ctx)
         destinations = (list(sources) if destinations is None
                         else _checked_ranks(destinations, "destinations", ctx))
-    if ctx.size > 1:
-        mismatch = _one_sided_edge(ctx._private_comm.allgather((sources, destinations)))
+    with watched(ctx, "graph"):
+        mismatch = (None if ctx.size == 1 else
+                    _one_sided_edge(ctx._private_comm.allgather((sources, destinations))))
         if mismatch is not None:
             raise mark_raised_on_every_rank(InvalidArgumentError(
                 f"graph: {mismatch}; every edge must be named by both of its ranks"))
-    comm = ctx.comm.Create_dist_graph_adjacent(sources, destinations, reorder=False)
-    graph = ctx._child(comm)
+        comm = ctx.comm.Create_dist_graph_adjacent(sources, destinations, reorder=False)
+        graph = ctx._child(comm)
     graph._neighbors = (tuple(sources), tuple(destinations))
     return graph
 

@@ -5,11 +5,13 @@ import math
 import numpy as np
 
 from .calls import describe, resolve
-from .checks import agree
+from .checks import agree, watched
+from .headers import BAD_INPUT, NO_INPUT
 from .movement import (
     _describe_except,
     _exchange_rows,
     _from_rows,
+    _raise_root_failure,
     _rows_first,
     _vector_spec,
     broadcast,
@@ -20,6 +22,10 @@ from .ops import reduction_of
 from .reductions import _divide_for_mean, check_root
 
 __all__ = ["Request", "iallreduce", "ibroadcast", "iallgather"]
+
+# an ibroadcast receiver's status in the first exchange (the root's is below 0 when
+# its input is bad: minus the header's NO_INPUT or BAD_INPUT)
+_NEEDS_SHAPE, _HAS_SHAPE = 0, 1
 
 
 class Request:
@@ -118,27 +124,43 @@ def ibroadcast(x, root=0, *, ctx):
     """Start a broadcast; returns a :class:`Request` whose ``wait()`` gives the result.
 
     Receivers passing an array get it filled in place. Receivers passing
-    None learn the shape first (a short blocking exchange), then the data
-    moves without blocking.
+    None learn the shape first, in the short blocking exchange where every
+    rank also learns whether the root's input is good (bad input raises on
+    every rank); then the data moves without blocking.
     """
     root = check_root(root, ctx, "ibroadcast")
     if ctx.size == 1:
         return CompletedRequest(ctx, "ibroadcast", broadcast(x, root, ctx=ctx))
     is_root = ctx.rank == root
-    shape_known = 1 if (is_root or x is not None) else 0
-    # receivers that passed None need the shape: agree on it first, collectively
-    # (a buffer allreduce: mpi4py's object allreduce would keep the GIL while it waits)
-    everyone_knows = np.array([shape_known], dtype=np.int8)
-    ctx._private_comm.Allreduce(MPI.IN_PLACE, everyone_knows, op=MPI.MIN)
-    if not everyone_knows[0]:
-        header = None
-        if is_root:
-            data = resolve(x, ctx, "ibroadcast", slot=None).data
-            header = (data.shape, data.dtype.str)
-        shape, dtype_str = ctx._private_comm.bcast(header, root=root)
-        if x is None:
-            x = np.empty(shape, dtype=np.dtype(dtype_str))
-    call = resolve(x, ctx, "ibroadcast", slot=None)
+    call = failure = None
+    if is_root:
+        try:
+            if x is None:
+                _raise_root_failure(NO_INPUT, root, "ibroadcast")
+            call = resolve(x, ctx, "ibroadcast", slot=None)
+            status = _HAS_SHAPE
+        except (TypeError, ValueError) as error:
+            failure = error
+            status = -(NO_INPUT if x is None else BAD_INPUT)  # below every receiver's
+    else:
+        status = _HAS_SHAPE if x is not None else _NEEDS_SHAPE
+    # every rank learns whether the root's input is good and whether some receiver
+    # needs the shape, in one buffer allreduce (mpi4py's object allreduce would keep
+    # the GIL while it waits)
+    least = np.array([status], dtype=np.int8)
+    with watched(ctx, "ibroadcast"):
+        ctx._private_comm.Allreduce(MPI.IN_PLACE, least, op=MPI.MIN)
+        if least[0] < 0:  # the root's input is bad: it tells every rank
+            if is_root:
+                raise failure
+            _raise_root_failure(-least[0], root, "ibroadcast")
+        if least[0] == _NEEDS_SHAPE:
+            header = (call.data.shape, call.data.dtype.str) if is_root else None
+            shape, dtype_str = ctx._private_comm.bcast(header, root=root)
+            if x is None:
+                x = np.empty(shape, dtype=np.dtype(dtype_str))
+    if call is None:
+        call = resolve(x, ctx, "ibroadcast", slot=None)
     data = call.data
     if ctx.check:
         agree(ctx, "ibroadcast", describe(data), f"root={root}")

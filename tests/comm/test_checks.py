@@ -286,11 +286,11 @@ def test_check_mode_from_init_and_env(tmp_path, how):
     assert "float32[1024]" in output and "float32[1000]" in output, output
 
 
-# ---------------- errors found on the root only, with check mode on (no hang)
+# ---------------- errors found on the root only, with check mode on or off (no hang)
 _ROOT_ERROR_SCRIPT = """
 import numpy as np
 import hpcdist
-ctx = hpcdist.init(check=True)
+ctx = hpcdist.init(check={check})
 root = ctx.size - 1
 is_root = ctx.rank == root
 cases = {{
@@ -301,6 +301,11 @@ cases = {{
     "broadcast_none_on_root": lambda: hpcdist.broadcast(None, root=root),
     "broadcast_object_dtype": lambda: hpcdist.broadcast(
         np.array([1, "a"], dtype=object) if is_root else None, root=root),
+    "ibroadcast_none_on_root": lambda: hpcdist.ibroadcast(None, root=root).wait(),
+    "ibroadcast_none_on_root_receivers_ready": lambda: hpcdist.ibroadcast(
+        None if is_root else np.zeros(3), root=root).wait(),
+    "ibroadcast_object_dtype": lambda: hpcdist.ibroadcast(
+        np.array([1, "a"], dtype=object) if is_root else np.zeros(2), root=root).wait(),
 }}
 for name in {names!r}:
     try:
@@ -316,12 +321,15 @@ hpcdist.finalize()
 
 
 ROOT_ERROR_CASES = ["scatter_bad_counts", "scatter_none_on_root",
-                    "broadcast_none_on_root", "broadcast_object_dtype"]
+                    "broadcast_none_on_root", "broadcast_object_dtype",
+                    "ibroadcast_none_on_root", "ibroadcast_none_on_root_receivers_ready",
+                    "ibroadcast_object_dtype"]
 
 
-def test_check_mode_root_only_errors_raise_everywhere(tmp_path):
+@pytest.mark.parametrize("check", [True, False])
+def test_root_only_errors_raise_everywhere(tmp_path, check):
     # a separate job: a hang here fails this test instead of stalling the suite
-    code = _ROOT_ERROR_SCRIPT.format(names=ROOT_ERROR_CASES)
+    code = _ROOT_ERROR_SCRIPT.format(names=ROOT_ERROR_CASES, check=check)
     rc, elapsed, output = run_mpi_script(code, tmp_path, n=2, timeout=45,
                                          HPCDIST_STALL_TIMEOUT=20)
     assert rc == 0, f"rc={rc} after {elapsed:.1f} s\n{output}"

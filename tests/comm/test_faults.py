@@ -54,29 +54,40 @@ def test_stall_watchdog_aborts_and_names_missing_rank(tmp_path):
     assert any("1" in line for line in lines), f"rank 1 not named:\n{output}"
 
 
-_STALL_IN_AGREEMENT = """
+_STALL_OUTSIDE_COLLECTIVES = """
 import time
+import numpy as np
 import hpcdist
 from hpcdist.comm.checks import validated_on_every_rank
 ctx = hpcdist.init()
 hpcdist.barrier()
 if ctx.rank == 1:
     time.sleep(60)
-with validated_on_every_rank(ctx):  # the agreement on its outcome waits for rank 1
-    pass
+{statement}
 print(f"rank {{ctx.rank}} finished", flush=True)
 """
 
+# collective steps that are no collective of the statistics: a rank that never arrives
+# there must end the job as well (the name is what the stall report shows)
+_OUTSIDE_COLLECTIVES = {
+    "raise_on_every_rank": "with validated_on_every_rank(ctx):  # its outcome is shared\n"
+                           "    pass",
+    "ibroadcast": "hpcdist.ibroadcast(None if ctx.rank else np.ones(3))  # the shape first",
+    "split": "ctx.split(0)",
+    "group": "ctx.group([0, 1])",
+    "channel": "ctx.channel()",
+}
 
-def test_stall_watchdog_sees_a_rank_waiting_in_an_error_agreement(tmp_path):
-    """The exchange that shares a validation's outcome is no collective of the
-    statistics, but a rank that never arrives there must end the job as well."""
-    rc, elapsed, output = run_mpi_script(_STALL_IN_AGREEMENT.format(), tmp_path, n=2,
-                                         timeout=90, HPCDIST_STALL_TIMEOUT=3)
+
+@pytest.mark.parametrize("name", list(_OUTSIDE_COLLECTIVES))
+def test_stall_watchdog_sees_a_rank_waiting_outside_any_collective(tmp_path, name):
+    code = _STALL_OUTSIDE_COLLECTIVES.format(statement=_OUTSIDE_COLLECTIVES[name])
+    rc, elapsed, output = run_mpi_script(code, tmp_path, n=2, timeout=90,
+                                         HPCDIST_STALL_TIMEOUT=3)
     assert rc != 0, f"job should have been aborted (rc={rc})\n{output}"
     assert elapsed < JOB_LIMIT_S, f"job took {elapsed:.1f} s to end\n{output}"
     assert "finished" not in output, output
-    assert "raise_on_every_rank" in output and "have not arrived" in output, output
+    assert f"inside {name}" in output and "have not arrived" in output, output
 
 
 _STALL_SIGNATURES = """

@@ -10,7 +10,7 @@ from .._hdf5_blocks import h5py_is_parallel
 from ..comm import allgather_object, broadcast_object, resolve_context
 from ..comm.checks import format_ranks, validated_on_every_rank
 from ..comm.mpi import MPI
-from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
+from ..exceptions import ConfigMismatchError, InvalidArgumentError, InvalidArgumentTypeError
 from . import mpio, sharded  # called through their modules: tests replace their writers
 from .async_save import BackgroundSave, track
 from .checksum import combine_items, format_crc, io_threads
@@ -306,7 +306,7 @@ class CheckpointManager:
         with validated_on_every_rank(ctx):
             steps = [s for s, _ in gathered]
             if len(set(steps)) > 1:
-                raise InvalidArgumentError("save: ranks passed different steps: " + ", ".join(
+                raise ConfigMismatchError("save: ranks passed different steps: " + ", ".join(
                     f"step={s} on {format_ranks([r for r, t in enumerate(steps) if t == s])}"
                     for s in sorted(set(steps))))
             plan = make_plan([d for _, d in gathered], step, self.backend)

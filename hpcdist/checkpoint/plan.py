@@ -26,7 +26,7 @@ import numpy as np
 
 from .._partition import balanced_counts, offsets_of
 from ..comm.checks import format_ranks
-from ..exceptions import ConfigMismatchError, InvalidArgumentError
+from ..exceptions import ConfigMismatchError
 from .checksum import format_crc
 from .state import CONTAINER_KINDS, Container, dtype_from_record, dtype_record, storage_dtype
 
@@ -125,18 +125,18 @@ def _kind_name(kind):
 
 def _check_same(path, label, values):
     if len(set(values)) > 1:
-        raise InvalidArgumentError(f"checkpoint entry {path!r} differs between ranks: {label} "
+        raise ConfigMismatchError(f"checkpoint entry {path!r} differs between ranks: {label} "
                                    f"{_grouped(values)}")
 
 
 def _check_structure(descriptions):
-    """Raise ValueError unless every rank describes the same entries."""
+    """Raise ConfigMismatchError unless every rank describes the same entries."""
     by_rank = [{item[0]: item for item in description} for description in descriptions]
     paths = set().union(*by_rank)
     for path in sorted(paths):
         missing = [rank for rank, items in enumerate(by_rank) if path not in items]
         if missing:
-            raise InvalidArgumentError(
+            raise ConfigMismatchError(
                 f"checkpoint entry {path!r} is missing on {format_ranks(missing)} "
                 "(every rank must save the same entries; a rank without data "
                 "passes an empty Sharded block)")
@@ -161,7 +161,7 @@ def _check_structure(descriptions):
             if kind == "array":
                 values = [item[3] for item in items]
                 if len(set(values)) > 1:
-                    raise InvalidArgumentError(
+                    raise ConfigMismatchError(
                         f"checkpoint entry {path!r} is replicated (not Sharded) "
                         f"but its shape differs between ranks: shape "
                         f"{_grouped(values)}; wrap per-rank blocks in "

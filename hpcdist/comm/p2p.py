@@ -317,9 +317,13 @@ class _ReceiveRequest(Request):
 def irecv(source=ANY_SOURCE, tag=ANY_TAG, out=None, *, shape_known=False, ctx):
     """Start receiving; returns a :class:`Request` whose ``wait()`` gives the array.
 
-    The message is matched when :meth:`Request.test` first finds it or
-    :meth:`Request.wait` is called; with ``shape_known=True`` (as for
-    :func:`recv`) the receive into ``out`` starts at once.
+    A self-describing message (the default) is taken when :meth:`Request.test`
+    first finds it or :meth:`Request.wait` is called: nothing is posted before,
+    so a peer's send of more than 4 KiB (blocking, or an :func:`isend`'s
+    ``wait()``) waits for that test or wait. Two ranks that exchange arrays
+    therefore start ``irecv`` and ``isend``, then wait for the receive first.
+    With ``shape_known=True`` (as for :func:`recv`) the receive into ``out``
+    is posted at once, as MPI's ``Irecv``, and the waits may come in any order.
     """
     source, tag = _matching(source, tag, ctx, "irecv")
     if shape_known and not ctx.check:

@@ -19,6 +19,7 @@ from .._hdf5_blocks import blocks_of, collective_dxpl, h5py_is_parallel, write_b
 from ..comm import allgather_object, resolve_context
 from ..comm.checks import format_ranks, raise_on_every_rank, validated_on_every_rank
 from ..exceptions import (
+    ConfigMismatchError,
     DataFileError,
     DataFileNotFoundError,
     HpcdistError,
@@ -147,7 +148,8 @@ def load_hdf5(path, dataset, *, ctx=None, axis=0):
 
 
 def _gathered_shape(infos, axis, what):
-    """The global shape from every rank's (shape, dtype, axis); ValueError on a mismatch."""
+    """The global shape from every rank's (shape, dtype, axis); ConfigMismatchError on a
+    mismatch."""
     for label, values in (("dtype", [info[1] for info in infos]),
                           ("axis", [info[2] for info in infos]),
                           ("ndim", [len(info[0]) for info in infos])):
@@ -155,11 +157,11 @@ def _gathered_shape(infos, axis, what):
             groups = {}
             for rank, value in enumerate(values):
                 groups.setdefault(value, []).append(rank)
-            raise InvalidArgumentError(f"{what}: ranks passed different {label}s: " + ", ".join(
+            raise ConfigMismatchError(f"{what}: ranks passed different {label}s: " + ", ".join(
                 f"{value} on {format_ranks(ranks)}" for value, ranks in groups.items()))
     others = [info[0][:axis] + info[0][axis + 1:] for info in infos]
     if len(set(others)) > 1:
-        raise InvalidArgumentError(
+        raise ConfigMismatchError(
             f"{what}: the blocks' shapes must agree apart from axis {axis}, got "
             + ", ".join(f"rank {rank} {info[0]}" for rank, info in enumerate(infos)))
     lengths = [info[0][axis] for info in infos]

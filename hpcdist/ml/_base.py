@@ -28,6 +28,7 @@ from ..comm.agreement import agree_config
 from ..comm.checks import mark_raised_on_every_rank, validated_on_every_rank
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from ._checkpointing import FitCheckpointing
+from ._scores import correct_rows, global_accuracy, row_weights
 from ._validation import check_device_rows
 
 __all__ = ["DistributedEstimator", "DistributedClassifierMixin", "accepts_local_keywords",
@@ -233,12 +234,6 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
         validate_data(self, X, reset=False, skip_check_array=True)
         return X
 
-    def _refuse_sample_weight(self, sample_weight):
-        """``score`` weighs every row alike: a ``sample_weight`` raises."""
-        if sample_weight is not None:
-            raise NotImplementedError(f"{type(self).__name__}.score: sample_weight is not "
-                                      "supported")
-
     def _parameter_vector(self, vector, expected, what):
         """``vector`` as a 1-D float64 array, checked to hold ``expected`` values.
 
@@ -323,16 +318,23 @@ class DistributedClassifierMixin(ClassifierMixin):
 
     @accepts_local_keywords
     def score(self, X, y, sample_weight=None):
-        """Global accuracy: the share of the rows of all ranks labelled right (collective).
+        """Global accuracy: the (weighted) share of the rows of all ranks labelled right
+        (collective).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_local, n_features)
+        y : array-like of shape (n_local,)
+        sample_weight : array-like of shape (n_local,), optional
+            This rank's rows' weights (default: all 1).
 
         Returns
         -------
         float
             NaN when no rank has a row.
         """
-        self._refuse_sample_weight(sample_weight)
         ctx = self._context()
         with validated_on_every_rank(ctx):  # a bad input on one rank fails all
-            correct = float(np.sum(self.predict(X) == np.asarray(y)))
-        totals = allreduce(np.array([correct, float(len(X))]), ctx=ctx)
-        return float(totals[0] / totals[1]) if totals[1] else float("nan")
+            correct = correct_rows(self.predict(X), y)
+            weights = row_weights(sample_weight, len(correct), f"{type(self).__name__}.score")
+        return global_accuracy(correct, weights, ctx)

@@ -16,6 +16,7 @@ import numpy as np
 from sklearn.base import RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_consistent_length
 from tqdm.auto import tqdm
 
 from .. import nn
@@ -28,6 +29,7 @@ from ..parallel import DistributedDataParallel, TrainingStrategy
 from ._base import DistributedClassifierMixin, DistributedEstimator, accepts_local_keywords
 from ._checkpointing import optimizer_from_tree, optimizer_to_tree
 from ._mlp_strategies import StrategyTraining, checked_strategy, own_rank_state, per_rank_state
+from ._scores import global_r2, row_weights
 from ._validation import check_local_data
 
 __all__ = ["MLPClassifier", "MLPRegressor"]
@@ -202,7 +204,7 @@ class _BaseMLP(DistributedEstimator):
 
     # -- training -----------------------------------------------------------------------
     @accepts_local_keywords
-    def fit(self, X, y, *, checkpoint=None, checkpoint_every=None):
+    def fit(self, X, y=None, *, checkpoint=None, checkpoint_every=None):
         """Train on this rank's rows for up to ``max_iter`` epochs.
 
         Parameters
@@ -248,7 +250,7 @@ class _BaseMLP(DistributedEstimator):
         return self
 
     @accepts_local_keywords
-    def train_epoch(self, X, y):
+    def train_epoch(self, X, y=None):
         """One epoch over this rank's rows (starts a model on the first call).
 
         Returns
@@ -596,20 +598,15 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
 
     @accepts_local_keywords
     def score(self, X, y, sample_weight=None):
-        """Global coefficient of determination R^2, uniform average over outputs (collective)."""
-        self._refuse_sample_weight(sample_weight)
+        """Global (weighted) coefficient of determination R^2, uniform average over
+        outputs (collective); ``sample_weight``: this rank's rows' weights."""
         ctx = self._context()
         with validated_on_every_rank(ctx):  # a bad input on one rank fails all
             predicted = np.asarray(self._forward(X), dtype=np.float64)
+            check_consistent_length(predicted, y)
             y = np.asarray(y, dtype=np.float64).reshape(len(predicted), -1)
-        residual = y - predicted.reshape(y.shape)
-        local = np.concatenate([[len(y)], y.sum(0), (y ** 2).sum(0), (residual ** 2).sum(0)])
-        totals = allreduce(local, ctx=ctx)
-        n, k = totals[0], y.shape[1]
-        sum_y, sum_y2, ss_res = totals[1:1 + k], totals[1 + k:1 + 2 * k], totals[1 + 2 * k:]
-        ss_tot = sum_y2 - sum_y ** 2 / n
-        r2 = np.where(ss_tot > 0, 1 - ss_res / np.where(ss_tot > 0, ss_tot, 1), 0.0)
-        return float(r2.mean())
+            weights = row_weights(sample_weight, len(y), f"{type(self).__name__}.score")
+        return global_r2(y, predicted, ctx, weights)
 
     def _load_extra_state(self, state):
         self.n_outputs_ = int(state["n_outputs"])

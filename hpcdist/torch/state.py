@@ -10,7 +10,7 @@ from .collectives import broadcast
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state"]
 
 
-def broadcast_parameters(params, root=0, *, ctx=None):
+def broadcast_parameters(model_or_state_dict, root=0, *, ctx=None):
     """Overwrite every rank's parameters and buffers with ``root``'s, in place.
 
     Call it once after building the model (and after loading a checkpoint on
@@ -18,7 +18,7 @@ def broadcast_parameters(params, root=0, *, ctx=None):
 
     Parameters
     ----------
-    params : torch.nn.Module, dict of tensors, or iterable of (name, tensor)
+    model_or_state_dict : torch.nn.Module, dict of tensors, or iterable of (name, tensor)
         A module (its ``state_dict()``: parameters and buffers), a state dict,
         or ``model.named_parameters()``.
     root : int, default=0
@@ -31,6 +31,7 @@ def broadcast_parameters(params, root=0, *, ctx=None):
         differs between ranks (every rank must build the same model).
     """
     ctx = resolve_context(ctx)
+    params = model_or_state_dict
     if isinstance(params, torch.nn.Module):
         params = params.state_dict(keep_vars=True)
     entries = list(params.items()) if isinstance(params, dict) else list(params)

@@ -276,6 +276,6 @@ def test_states_that_differ_between_ranks_raise_on_every_rank(ctx, shared_dir, c
                           float(ctx.rank) if case == "value" else 0.0)}
     if case == "missing" and other:
         state["extra"] = 1
-    expect_error(ValueError, mgr.save, step, state, match=match)
+    expect_error(hpcdist.ConfigMismatchError, mgr.save, step, state, match=match)
     with all_ranks("nothing written"):
         assert _entries(shared_dir) == []

@@ -135,6 +135,27 @@ def test_isend_irecv_ring(ctx, with_out):
 
 
 @pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("form", ["irecv_isend", "irecv_known_then_blocking_send"])
+def test_ring_exchange_of_large_arrays_in_the_documented_forms(ctx, form):
+    """1 MiB to the right, from the left, in both forms irecv's docstring names (a
+    self-describing irecv waited on after its rank's send would wait on every rank)."""
+    right, left = (ctx.rank + 1) % ctx.size, (ctx.rank - 1) % ctx.size
+    mine = make_input(ctx.rank, (512, 256), np.float64, seed=406)
+    if form == "irecv_isend":
+        received = hpcdist.irecv(source=left, tag=5)
+        sent = hpcdist.isend(mine, right, tag=5)
+        got = received.wait()
+        sent.wait()
+    else:
+        received = hpcdist.irecv(source=left, tag=5, out=np.empty_like(mine),
+                                 shape_known=True)
+        hpcdist.send(mine, right, tag=5, shape_known=True)
+        got = received.wait()
+    with all_ranks(form):
+        check_array(got, make_input(left, (512, 256), np.float64, seed=406), rtol=0, atol=0)
+
+
+@pytest.mark.mpi(min_size=2)
 def test_isend_test_and_irecv_any_source(ctx):
     got = None
     if ctx.rank == 1:

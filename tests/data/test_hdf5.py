@@ -158,8 +158,9 @@ test_save_errors_mpi = mpi_twin(test_save_errors)
 @pytest.mark.mpi(min_size=2)
 def test_save_blocks_that_disagree_raise_on_every_rank(ctx, shared):
     dtype = np.float32 if ctx.rank == 1 else np.float64
-    expect_error(ValueError, save_hdf5, shared / "x.h5", "X", np.zeros(3, dtype), ctx=ctx,
+    expect_error(hpcdist.ConfigMismatchError, save_hdf5, shared / "x.h5", "X",
+                 np.zeros(3, dtype), ctx=ctx,
                  match=r"ranks passed different dtypes: <f8 on rank")
     shape = (2, 3) if ctx.rank == 0 else (2, 4)
-    expect_error(ValueError, save_hdf5, shared / "x.h5", "X", np.zeros(shape), ctx=ctx,
-                 match=r"shapes must agree apart from axis 0")
+    expect_error(hpcdist.ConfigMismatchError, save_hdf5, shared / "x.h5", "X",
+                 np.zeros(shape), ctx=ctx, match=r"shapes must agree apart from axis 0")

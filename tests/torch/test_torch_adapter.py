@@ -216,6 +216,19 @@ def test_bad_arguments_name_the_value():
 
 
 @pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("form", ["model", "state_dict", "named_parameters"])
+def test_broadcast_parameters_of_each_form_from_root(ctx, form):
+    model = _model(seed=ctx.rank)  # different weights on every rank
+    expected = [p.detach().numpy().copy() for p in _model(seed=0).parameters()]
+    given = {"model": model, "state_dict": model.state_dict(),
+             "named_parameters": model.named_parameters()}[form]
+    hvd.broadcast_parameters(model_or_state_dict=given, root=0, ctx=ctx)
+    with all_ranks(form):
+        for a, b in zip(model.parameters(), expected, strict=True):
+            np.testing.assert_array_equal(a.detach().numpy(), b)
+
+
+@pytest.mark.mpi(min_size=2)
 def test_broadcast_parameters_and_optimizer_state_from_root(ctx):
     model = _model(seed=ctx.rank)  # different weights on every rank
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01 * (ctx.rank + 1))

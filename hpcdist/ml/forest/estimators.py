@@ -22,6 +22,7 @@ from .._base import (
     accepts_local_keywords,
     shared_seed,
 )
+from .._scores import global_r2, one_target_per_row, row_weights
 from .._validation import check_local_data
 from ._hash_kernels import MAX_BOOTSTRAP_WEIGHT
 from ._split_kernels import CRITERIA
@@ -592,13 +593,14 @@ class RandomForestRegressor(RegressorMixin, _BaseForest):
 
     @accepts_local_keywords
     def score(self, X, y, sample_weight=None):
-        """Global coefficient of determination R^2 over the rows of all ranks (collective)."""
-        self._refuse_sample_weight(sample_weight)
+        """Global (weighted) coefficient of determination R^2 over the rows of all ranks
+        (collective); ``sample_weight``: this rank's rows' weights."""
         ctx = self._context()
         with validated_on_every_rank(ctx):
-            y = np.asarray(y, dtype=np.float64).ravel()
             predicted = self._mean_values(X)[:, 0]
-        return _global_r2(y, predicted, ctx)
+            y = one_target_per_row(y, predicted)
+            weights = row_weights(sample_weight, len(y), f"{type(self).__name__}.score")
+        return global_r2(y, predicted, ctx, weights)
 
     def _set_oob(self, prepared, ctx):
         sums, counts = self._oob_sums(prepared)
@@ -609,27 +611,10 @@ class RandomForestRegressor(RegressorMixin, _BaseForest):
         missing = allreduce(int((~seen).sum()), ctx=ctx) if ctx.size > 1 else int((~seen).sum())
         self._warn_if_no_oob(int(missing), ctx)
         y = np.asarray(prepared.y, dtype=np.float64)
-        self.oob_score_ = _global_r2(y[seen], prediction[seen], ctx)
+        self.oob_score_ = global_r2(y[seen], prediction[seen], ctx)
 
     def _extra_state(self):
         return {"target": self._target.state()}
 
     def _load_extra_state(self, state):
         self._target = FixedPointTarget.from_state(state["target"])
-
-
-def _global_r2(y, prediction, ctx):
-    """R^2 over the rows of all ranks (two allreduces: the mean, then the squares).
-
-    As scikit-learn's ``r2_score``: 1.0 for a perfect fit of constant targets,
-    0.0 for an imperfect one.
-    """
-    def total(values):
-        return allreduce(values, ctx=ctx) if ctx.size > 1 else values
-    n, sum_y, ss_res = total(np.array([len(y), y.sum(), ((y - prediction) ** 2).sum()]))
-    if n == 0:
-        return float("nan")
-    ss_tot = float(total(np.array([((y - sum_y / n) ** 2).sum()]))[0])
-    if ss_tot == 0:
-        return 1.0 if ss_res == 0 else 0.0
-    return float(1.0 - ss_res / ss_tot)

@@ -18,7 +18,14 @@ def row_weights(sample_weight, n_rows, where):
     """``sample_weight`` checked by scikit-learn (one finite, non-negative weight per
     row) as float64, ones when None; ``where`` (e.g. ``"KMeans.score"``) names the
     caller in the error."""
+    if sample_weight is None:
+        return np.ones(n_rows)
     try:
+        if n_rows == 0:  # no rows here: scikit-learn's check wants at least one
+            weights = np.asarray(sample_weight, dtype=np.float64)
+            if weights.shape != (0,):
+                raise ValueError(f"sample_weight.shape == {weights.shape}, expected (0,)!")
+            return weights
         return _check_sample_weight(sample_weight, np.empty((n_rows, 0)), dtype=np.float64,
                                     ensure_non_negative=True, allow_all_zero_weights=True)
     except (TypeError, ValueError) as error:

@@ -604,7 +604,13 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
         with validated_on_every_rank(ctx):  # a bad input on one rank fails all
             predicted = np.asarray(self._forward(X), dtype=np.float64)
             check_consistent_length(predicted, y)
-            y = np.asarray(y, dtype=np.float64).reshape(len(predicted), -1)
+            y = np.asarray(y, dtype=np.float64)
+            y = y[:, None] if y.ndim == 1 else y
+            if y.ndim != 2 or y.shape[1] != self.n_outputs_:
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}.score: y of shape {y.shape} does not hold the "
+                    f"model's {self.n_outputs_} output(s) a row; pass y of shape "
+                    f"(n_rows, {self.n_outputs_})")
             weights = row_weights(sample_weight, len(y), f"{type(self).__name__}.score")
         return global_r2(y, predicted, ctx, weights)
 

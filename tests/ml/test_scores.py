@@ -79,6 +79,34 @@ test_a_bad_sample_weight_on_one_rank_raises_on_every_rank_mpi = mpi_twin(
     test_a_bad_sample_weight_on_one_rank_raises_on_every_rank)
 
 
+@pytest.mark.parametrize("name", list(ESTIMATORS))
+def test_ranks_without_rows_take_part(name):
+    """The last rank scores no row: the others' score; no row anywhere: NaN."""
+    model, X, y, weights, metric = _fitted(name)
+    if hpcdist.get_rank() == hpcdist.get_world_size() - 1:
+        X, y, weights = X[:0], y[:0], weights[:0]
+    weighted = model.score(X, y, sample_weight=weights)
+    nowhere = model.score(X[:0], y[:0])
+    predicted, y_all, weights_all = (hpcdist.allgather(a) for a in (model.predict(X), y, weights))
+    with all_ranks(name):
+        if len(y_all):
+            assert weighted == pytest.approx(metric(y_all, predicted, sample_weight=weights_all),
+                                             rel=1e-12, abs=1e-12)
+        else:
+            assert np.isnan(weighted)
+        assert np.isnan(nowhere)
+
+
+test_ranks_without_rows_take_part_mpi = mpi_twin(test_ranks_without_rows_take_part)
+
+
+def test_regressor_targets_of_the_wrong_width_are_named():
+    model, X, y, _, _ = _fitted("mlp_regressor")
+    expect_error(hpcdist.InvalidArgumentError, model.score, X, np.c_[y, y],
+                 match=r"MLPRegressor.score: y of shape \(\d+, 2\) does not hold the model's 1 "
+                       r"output\(s\) a row; pass y of shape \(n_rows, 1\)")
+
+
 @pytest.mark.parametrize("name", ["forest_regressor", "mlp_regressor", "forest_classifier"])
 def test_targets_of_the_wrong_length_raise(name):
     model, X, y, _, _ = _fitted(name)

@@ -58,6 +58,8 @@ def _check_metadata(metadata):
             f"lists, dicts; no NaN): {error}") from None
 
 
+_LARGEST_STEP = 2**63 - 1  # steps are written as 64-bit integers
+
 class CheckpointManager:
     """Distributed HDF5 checkpoints of a training state, crash-safe and reshardable.
 
@@ -167,6 +169,9 @@ class CheckpointManager:
             except TypeError:
                 raise InvalidArgumentTypeError(f"directory should be a str or path-like, got "
                                                f"{type(directory).__name__}") from None
+            if not os.fspath(directory):
+                raise InvalidArgumentError("directory='' names no directory; pass the "
+                                           "checkpoints' own directory (\".\" for this one)")
             if max_to_keep is not None:
                 max_to_keep = check_int(max_to_keep, "max_to_keep", minimum=1,
                                         hint=" (or None to keep every step)")
@@ -271,8 +276,9 @@ class CheckpointManager:
         Parameters
         ----------
         step : int
-            >= 0, the same on every rank. An existing step of that number
-            is replaced.
+            In ``[0, 2**63 - 1]``, the same on every rank, and not below the
+            newest step in the directory (steps only go forward: a new run
+            takes a new directory). The newest step saved again is replaced.
         state : dict
             Nested dict (lists, tuples) of arrays, :class:`Sharded` arrays
             and scalars; the same entries on every rank (see the class
@@ -284,8 +290,9 @@ class CheckpointManager:
         Raises
         ------
         ValueError, TypeError
-            Bad arguments, or states that differ between ranks (on every
-            rank, naming the entry and the ranks), before anything is written.
+            Bad arguments, a step below the newest one in the directory, or
+            states that differ between ranks (on every rank, naming the entry
+            and the ranks), before anything is written.
         ConfigMismatchError
             A replicated entry (written once, from rank 0) whose value differs
             between ranks (compared by the CRC-32 of its bytes).
@@ -298,7 +305,9 @@ class CheckpointManager:
         self.wait()
         ctx = self.ctx
         with validated_on_every_rank(ctx):
-            step = check_int(step, "step", minimum=0)
+            step = check_int(step, "step", minimum=0, maximum=_LARGEST_STEP)
+            if ctx.rank == 0:
+                self._refuse_going_back(step)
             metadata = _check_metadata(metadata)
             nodes = flatten_state(state)
             description = describe(nodes)
@@ -324,6 +333,17 @@ class CheckpointManager:
         except Exception as exc:  # noqa: BLE001 - shared with every rank in _commit
             result, error = None, exc
         self._commit(info, result, error)
+
+    def _refuse_going_back(self, step):
+        """Raise unless ``step`` is at least the newest committed step: below it,
+        :meth:`restore` would still return the newer one (another run's, mostly)."""
+        newer = [s for s in self.steps() if s > step]
+        if newer:
+            raise InvalidArgumentError(
+                f"save(step={step}): {self.directory} already holds the later step(s) "
+                f"{newer}, and restore() returns the newest; steps only go forward in a "
+                f"directory: save under a step >= {newer[-1]}, or use a new directory for a "
+                "new run")
 
     def _new_temp(self, step):
         name = error = None

@@ -5,7 +5,13 @@ import json
 import os
 import time
 
-from ..exceptions import InvalidStateError
+from ..exceptions import (
+    DataFileError,
+    DataFileNotFoundError,
+    InvalidArgumentTypeError,
+    InvalidStateError,
+)
+from .checks import validated_on_every_rank, watched
 from .default import resolve_context
 from .trace import RECORDING
 
@@ -23,9 +29,16 @@ def timeline(path, ctx=None):
     Parameters
     ----------
     path : str or os.PathLike
-        The JSON file to write (only rank 0's value is used).
+        The JSON file to write (only rank 0's value is used). Checked on
+        entry: its folder must exist and be writable.
     ctx : Context, optional
         The context whose ranks take part (default: the default context).
+
+    Raises
+    ------
+    InvalidArgumentTypeError, DataFileError, DataFileNotFoundError
+        On every rank, on entry (an unusable ``path``) or on leaving (writing
+        failed).
 
     Examples
     --------
@@ -35,16 +48,36 @@ def timeline(path, ctx=None):
     ctx = resolve_context(ctx)
     if RECORDING:
         raise InvalidStateError("hpcdist.timeline is already recording; nest no timelines")
-    ctx.comm.Barrier()
+    with validated_on_every_rank(ctx):  # every rank waits here for all: the block's start
+        if ctx.rank == 0:
+            _check_writable(path)
     events = []
     RECORDING.append((events, time.perf_counter()))
     try:
         yield path
     finally:
         _, origin = RECORDING.pop()
-        gathered = ctx.comm.gather(_to_chrome_events(events, origin, ctx.rank), root=0)
-        if ctx.rank == 0:
-            _write(path, gathered, ctx.size)
+        with watched(ctx, "timeline"):
+            gathered = ctx.comm.gather(_to_chrome_events(events, origin, ctx.rank), root=0)
+        with validated_on_every_rank(ctx):
+            if ctx.rank == 0:
+                _write(path, gathered, ctx.size)
+
+
+def _check_writable(path):
+    """Raise unless a file can be written at ``path``."""
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise InvalidArgumentTypeError(f"timeline: path={path!r} should be a str or "
+                                       "path-like") from None
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise DataFileNotFoundError(f"timeline: the folder {folder} of path={path!r} does not "
+                                    "exist; create it first or name a file in an existing one")
+    if os.path.isdir(path) or not os.access(folder, os.W_OK):
+        raise DataFileError(f"timeline: cannot write {path!r} (a folder, or {folder} is not "
+                            "writable); name a new file in a writable folder")
 
 
 def _to_chrome_events(events, origin, rank):
@@ -60,6 +93,9 @@ def _write(path, per_rank_events, size):
     for events in per_rank_events:
         trace.extend(events)
     tmp = f"{os.fspath(path)}.tmp"
-    with open(tmp, "w") as stream:
-        json.dump({"traceEvents": trace, "displayTimeUnit": "ms"}, stream)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as stream:
+            json.dump({"traceEvents": trace, "displayTimeUnit": "ms"}, stream)
+        os.replace(tmp, path)
+    except OSError as error:
+        raise DataFileError(f"timeline: writing {path!r} failed: {error}") from error

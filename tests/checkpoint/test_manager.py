@@ -36,24 +36,29 @@ def test_listing_retention_and_replacing_a_step(ctx, shared_dir):
     with all_ranks("max_to_keep=2"):
         assert mgr.steps() == [20, 30] and mgr.latest_step() == 30
         assert _entries(shared_dir) == ["step_000000020", "step_000000030"]
-    mgr.save(5, _state(ctx, 5))  # an older number: kept, the oldest other one goes
-    with all_ranks("the step just saved is never deleted"):
-        assert mgr.steps() == [5, 30]
+    for older in (5, 20):  # restore() would return 30, and retention would delete a step
+        expect_error(ValueError, mgr.save, older, _state(ctx, older),
+                     match=rf"save\(step={older}\): .*ckpt already holds the later step\(s\) "
+                           rf"\[{'20, ' if older == 5 else ''}30\], and restore\(\) returns the "
+                           r"newest; steps only go forward in a directory: save under a step "
+                           r">= 30, or use a new directory for a new run")
+    with all_ranks("nothing written, nothing deleted"):
+        assert _entries(shared_dir) == ["step_000000020", "step_000000030"]
     mgr.save(30, _state(ctx, 31))  # replaces step 30
     state = mgr.restore()
     with all_ranks("replaced step"):
-        assert mgr.steps() == [5, 30] and mgr.restored_step == 30 and state["v"] == 31
-        assert _entries(shared_dir) == ["step_000000005", "step_000000030"]
-    old = mgr.restore(step=5)
-    expect_error(CheckpointError, mgr.restore, step=6, match=r"no committed step 6 .* \[5, 30\]")
+        assert mgr.steps() == [20, 30] and mgr.restored_step == 30 and state["v"] == 31
+        assert _entries(shared_dir) == ["step_000000020", "step_000000030"]
+    old = mgr.restore(step=20)
+    expect_error(CheckpointError, mgr.restore, step=6, match=r"no committed step 6 .* \[20, 30\]")
     keep_all = CheckpointManager(shared_dir, max_to_keep=None, ctx=ctx)
     for step in (40, 50, 60):
         keep_all.save(step, _state(ctx, step))
-    with all_ranks("restore(step=5), max_to_keep=None"):
-        assert old["v"] == 5 and keep_all.restored_step is None
-        same_bits(old["X"], balanced_block(np.full((2 * ctx.size + 1, 2), 5.0), ctx.rank,
+    with all_ranks("restore(step=20), max_to_keep=None"):
+        assert old["v"] == 20 and keep_all.restored_step is None
+        same_bits(old["X"], balanced_block(np.full((2 * ctx.size + 1, 2), 20.0), ctx.rank,
                                            ctx.size), "X")
-        assert keep_all.steps() == [5, 30, 40, 50, 60]
+        assert keep_all.steps() == [20, 30, 40, 50, 60]
 
 
 test_listing_retention_and_replacing_a_step_mpi = mpi_twin(
@@ -247,7 +252,10 @@ def test_bad_state_on_one_rank_raises_on_every_rank(ctx, shared_dir):
                  match=r"never pickle")
     expect_error(TypeError, mgr.save, 1, {"x": 1}, metadata={"f": {1, 2}},
                  match=r"metadata should be JSON-serialisable")
-    expect_error(ValueError, mgr.save, -1, {"x": 1}, match=r"step=-1 should be >= 0")
+    expect_error(ValueError, mgr.save, -1, {"x": 1},
+                 match=r"step=-1 should be in \[0, 9223372036854775807\]")
+    expect_error(ValueError, mgr.save, 2**63, {"x": 1}, match=r"step=9223372036854775808 should")
+    expect_error(ValueError, CheckpointManager, "", ctx=ctx, match=r"directory='' names no")
     with all_ranks("nothing written"):
         assert _entries(shared_dir) == []
 

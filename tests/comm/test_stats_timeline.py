@@ -149,3 +149,26 @@ def test_timeline_serial(ctx, tmp_path):
         hpcdist.broadcast(np.ones(3), root=0)
     events = _load(path)
     _check_events(events, 1, ["allreduce", "broadcast"])
+
+
+def _check_bad_paths_refused_before_the_block(folder):
+    """Each unusable path raises on every rank on entry: the block never runs."""
+    ran = []
+    for path, error, match in [
+            (folder / "missing" / "t.json", hpcdist.DataFileNotFoundError,
+             r"timeline: the folder .*missing of path=.* does not exist; create it first"),
+            (folder, hpcdist.DataFileError, r"timeline: cannot write .* \(a folder, or"),
+            (123, hpcdist.InvalidArgumentTypeError, r"path=123 should be a str or path-like")]:
+        with all_ranks(str(path)), pytest.raises(error, match=match):
+            with hpcdist.timeline(path):
+                ran.append(path)
+    assert ran == []
+
+
+def test_timeline_refuses_a_bad_path_on_entry(ctx, tmp_path):
+    _check_bad_paths_refused_before_the_block(tmp_path)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_timeline_refuses_a_bad_path_on_entry_on_every_rank(ctx, mpi_tmp_path):
+    _check_bad_paths_refused_before_the_block(mpi_tmp_path)

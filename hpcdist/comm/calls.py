@@ -263,6 +263,10 @@ def resolve(x, ctx, name, slot="send", incoming=False, array_fix=None):
             f"{array_fix}")
     if isinstance(x, np.ndarray):
         check_dtype(x.dtype)
+        if isinstance(x, np.ma.MaskedArray):
+            raise InvalidArgumentTypeError(
+                f"{name}: got a numpy.ma.MaskedArray; collectives move the data without its "
+                "mask: pass x.filled(value) (or x.data to send the masked values too)")
         if x.flags.c_contiguous:
             return _host_call(x, HOST, ctx)
         call = _host_call(np.ascontiguousarray(x), HOST, ctx)

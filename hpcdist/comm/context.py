@@ -9,11 +9,12 @@ context (:mod:`hpcdist.comm.default`).
 
 import time
 
-from ..exceptions import InvalidArgumentError
+from .._checks import check_int, is_integer
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from . import messages, movement, neighbors, objects, p2p, reductions, requests
 from .background import CommunicationThread
 from .calls import Call, describe
-from .checks import watched
+from .checks import validated_on_every_rank, watched
 from .devices import detect_cuda_aware, select_device
 from .dtypes import load_datatypes
 from .mpi import MPI
@@ -220,6 +221,9 @@ class Context:
         ranks : sequence of int
             Distinct ranks of this context.
         """
+        if isinstance(ranks, (str, bytes)) or not all(map(is_integer, ranks := list(ranks))):
+            raise InvalidArgumentTypeError(f"group(ranks={ranks!r}): ranks should be a sequence "
+                                           "of int ranks")
         ranks = [int(r) for r in ranks]
         if not ranks or len(set(ranks)) != len(ranks) or not all(0 <= r < self.size for r in ranks):
             raise InvalidArgumentError(f"group(ranks={ranks}): ranks must be distinct and in "
@@ -242,8 +246,12 @@ class Context:
             Ranks with the same color share a new context; None gives None.
         key : int, default=0
         """
+        with validated_on_every_rank(self):
+            color = None if color is None else check_int(color, "split: color", minimum=0,
+                                                         hint=" (or None to take no part)")
+            key = check_int(key, "split: key")
         with watched(self, "split"):
-            comm = self.comm.Split(MPI.UNDEFINED if color is None else int(color), int(key))
+            comm = self.comm.Split(MPI.UNDEFINED if color is None else color, key)
             return None if comm == MPI.COMM_NULL else self._child(comm)
 
     def graph(self, sources, destinations=None):

@@ -53,6 +53,11 @@ def check_dtype(dtype):
         The dtype to check.
     """
     if dtype not in _CODES:
+        native = dtype.newbyteorder("=")
+        if native != dtype and native in _CODES:
+            raise InvalidArgumentTypeError(
+                f"dtype {dtype.str} is {native} in the byte order opposite to this "
+                f"machine's; convert with x.astype({native.name!r})")
         raise InvalidArgumentTypeError(
             f"dtype {dtype} is not supported by hpcdist collectives; use bool, an integer, "
             f"floating (float16, bfloat16, float32, float64, longdouble) or complex dtype "

@@ -130,6 +130,16 @@ def test_allreduce_rejects_object_dtype(ctx):
     expect_error(TypeError, hpcdist.allreduce, x, "sum")
 
 
+@pytest.mark.parametrize("x,match", [
+    (np.array([1.0, 2.0], dtype=">f8"), r"dtype >f8 is float64 in the byte order opposite to "
+                                         r"this machine's; convert with x.astype\('float64'\)"),
+    (np.ma.masked_array([1.0, 2.0], mask=[0, 1]),
+     r"allreduce: got a numpy.ma.MaskedArray; collectives move the data without its mask"),
+], ids=["big_endian", "masked"])
+def test_allreduce_names_what_is_wrong_with_an_array(ctx, x, match):
+    expect_error(hpcdist.InvalidArgumentTypeError, hpcdist.allreduce, x, "sum", match=match)
+
+
 @pytest.mark.parametrize("bad", ["avg", "summ", "bitwise_xor"])
 def test_allreduce_rejects_unknown_op(ctx, bad):
     expect_error(ValueError, hpcdist.allreduce, np.ones(3), bad, match=bad)

@@ -6,7 +6,7 @@ import pytest
 from mpi4py import MPI
 
 import hpcdist
-from tests.helpers import all_ranks, assert_on_all_ranks, same_on_all_ranks
+from tests.helpers import all_ranks, assert_on_all_ranks, expect_error, mpi_twin, same_on_all_ranks
 from tests.reference import ceil_div
 
 
@@ -174,6 +174,21 @@ def test_split_by_parity(ctx, key_kind):
     s = ctx.allreduce(np.ones(3), "sum")
     with all_ranks():
         np.testing.assert_array_equal(s, np.full(3, float(ctx.size)))
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda c: c.split("a"), TypeError, r"split: color='a' should be an integer \(or None"),
+    (lambda c: c.split(1.5), TypeError, r"split: color=1.5 should be an integer"),
+    (lambda c: c.split(-2), ValueError, r"split: color=-2 should be >= 0 \(or None"),
+    (lambda c: c.split(0, key="k"), TypeError, r"split: key='k' should be an integer"),
+    (lambda c: c.group("0"), TypeError, r"group\(ranks='0'\): ranks should be a sequence of int"),
+    (lambda c: c.group([0.7]), TypeError, r"group\(ranks=\[0.7\]\): ranks should be a sequence"),
+], ids=["color_str", "color_float", "color_negative", "key_str", "ranks_str", "ranks_float"])
+def test_split_and_group_name_a_bad_argument(ctx, call, error, match):
+    expect_error(error, call, ctx, match=match)
+
+
+test_split_and_group_name_a_bad_argument_mpi = mpi_twin(test_split_and_group_name_a_bad_argument)
 
 
 @pytest.mark.mpi(min_size=2)

@@ -116,17 +116,15 @@ def load_hdf5(path, dataset, *, ctx=None, axis=0):
     out = None
     with _validated(ctx):
         what = "load_hdf5"
-        path = os.fspath(path)
+        path = _path_of(path, what)
         dataset = _check_name(dataset, what)
+        if os.path.isdir(path):
+            raise DataFileError(f"{what}: {path!r} is a folder; pass one HDF5 file (HDF5 "
+                                f"files in it: {_listing(_hdf5_files_in(path))})")
         if not os.path.isfile(path):
             folder = os.path.dirname(os.path.abspath(path))
-            try:
-                found = sorted(name for name in os.listdir(folder)
-                               if name.endswith((".h5", ".hdf5", ".hdf", ".he5")))
-            except OSError:
-                found = []
             raise DataFileNotFoundError(f"{what}: no file {path!r} (HDF5 files in {folder}: "
-                                        f"{_listing(found)})")
+                                        f"{_listing(_hdf5_files_in(folder))})")
         try:
             h5file = h5py.File(path, "r")
         except OSError as error:
@@ -208,7 +206,7 @@ def save_hdf5(path, dataset, local, *, ctx=None, axis=0):
     ctx = resolve_context(ctx)
     what = "save_hdf5"
     with _validated(ctx):
-        path = os.fspath(path)
+        path = _path_of(path, what)
         dataset = _check_name(dataset, what).strip("/")
         local = np.require(to_host(local), requirements="C")
         axis = _check_axis(axis, local.ndim, what)
@@ -226,6 +224,24 @@ def save_hdf5(path, dataset, local, *, ctx=None, axis=0):
         _save_mpio(path, dataset, local, shape, offsets, axis, ctx)
     else:
         _save_parts(path, dataset, local, shape, offsets, axis, ctx)
+
+
+def _path_of(path, what):
+    """``path`` as a str or bytes (``os.fspath``), or an error naming it."""
+    try:
+        return os.fspath(path)
+    except TypeError:
+        raise InvalidArgumentTypeError(f"{what}: path={path!r} should be a str or "
+                                       "path-like naming an HDF5 file") from None
+
+
+def _hdf5_files_in(folder):
+    """The names of the HDF5 files in ``folder``, sorted (none when it cannot be read)."""
+    try:
+        return sorted(name for name in os.listdir(folder)
+                      if name.endswith((".h5", ".hdf5", ".hdf", ".he5")))
+    except OSError:
+        return []
 
 
 def _check_writable(path, what):

@@ -45,9 +45,12 @@ def dirichlet_partition(y, n_parts, alpha, *, seed=0):
     [0, 1, 2, 3, 4, 5]
     """
     labels = np.asarray(y)
-    if labels.ndim != 1:
-        raise InvalidArgumentError(f"dirichlet_partition: y should be 1-D labels, got shape "
-                                   f"{labels.shape}; pass one label per row")
+    if labels.ndim != 1 or not len(labels):
+        raise InvalidArgumentError(f"dirichlet_partition: y should be 1-D labels, one per row "
+                                   f"and at least one, got shape {labels.shape}")
+    if labels.dtype.kind == "f" and not np.array_equal(labels, np.round(labels)):
+        raise InvalidArgumentError("dirichlet_partition: y holds non-integral or NaN values; "
+                                   "pass class labels (integers or strings)")
     n_parts = check_int(n_parts, "n_parts", minimum=1)
     if n_parts > len(labels):
         raise InvalidArgumentError(f"dirichlet_partition: n_parts={n_parts} is more than the "

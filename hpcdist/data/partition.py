@@ -46,7 +46,7 @@ class DataPartitioner:
     """
 
     def __init__(self, total_size, world_size=None):
-        self.total_size = check_int(total_size, "total_size", minimum=0)
+        self.total_size = check_int(total_size, "total_size", minimum=0, maximum=2**63 - 1)
         if world_size is None:
             world_size = resolve_context().size
         self.world_size = check_int(world_size, "world_size", minimum=1,

@@ -119,6 +119,12 @@ def test_load_errors_name_what_exists(ctx, shared):
                  match=r"axis=1 is out of range for 1 dimensions")
     expect_error(ValueError, load_hdf5, path, "s", ctx=ctx, match=r"0-d dataset")
     expect_error(TypeError, load_hdf5, path, "", ctx=ctx, match=r"dataset='' should be")
+    expect_error(hpcdist.DataFileError, load_hdf5, shared, "X", ctx=ctx,
+                 match=r"load_hdf5: '.*' is a folder; pass one HDF5 file \(HDF5 files in it: "
+                       r"'have.h5'\)")
+    for function, args in ((load_hdf5, ("X",)), (save_hdf5, ("X", np.zeros(2)))):
+        expect_error(TypeError, function, None, *args, ctx=ctx,
+                     match=rf"{function.__name__}: path=None should be a str or path-like")
 
 
 test_load_errors_name_what_exists_mpi = mpi_twin(test_load_errors_name_what_exists)

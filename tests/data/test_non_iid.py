@@ -58,6 +58,10 @@ test_same_split_on_every_rank_mpi = mpi_twin(test_same_split_on_every_rank)
     (dict(y=LABELS, n_parts=2, alpha=1.0, seed=None), TypeError, "seed=None"),
     (dict(y=LABELS[:20], n_parts=20, alpha=1e-3), hpcdist.InvalidArgumentError,
      "left a part empty"),
+    (dict(y=[], n_parts=2, alpha=1.0), hpcdist.InvalidArgumentError,
+     r"one per row and at least one, got shape \(0,\)"),
+    (dict(y=np.array([0.5, np.nan]), n_parts=2, alpha=1.0), hpcdist.InvalidArgumentError,
+     "y holds non-integral or NaN values; pass class labels"),
 ])
 def test_bad_arguments_name_the_value(kwargs, error, match):
     with pytest.raises(error, match=match):

@@ -53,12 +53,14 @@ def test_partition_default_world_size(size):
 
 
 @pytest.mark.parametrize("kwargs,exc,match", [
-    ({"total_size": -1, "world_size": 2}, ValueError, r"total_size=-1 should be >= 0"),
+    ({"total_size": -1, "world_size": 2}, ValueError, r"total_size=-1 should be in \[0, "),
     ({"total_size": 10, "world_size": 0}, ValueError, r"world_size=0 should be >= 1"),
     ({"total_size": 10, "world_size": -3}, ValueError, r"world_size=-3"),
     ({"total_size": 2.5, "world_size": 2}, TypeError, r"total_size=2.5 should be an int"),
     ({"total_size": 10, "world_size": 2.0}, TypeError, r"world_size=2.0 should be an int"),
     ({"total_size": True, "world_size": 2}, TypeError, r"total_size=True"),
+    ({"total_size": 10**20, "world_size": 3}, ValueError,
+     r"total_size=100000000000000000000 should be in \[0, 9223372036854775807\]"),
 ])
 def test_partition_bad_arguments(kwargs, exc, match):
     with pytest.raises(exc, match=match):

@@ -6,7 +6,18 @@ import numpy as np
 
 from .exceptions import InvalidArgumentError, InvalidArgumentTypeError
 
-__all__ = ["check_int", "is_integer"]
+__all__ = ["check_bool", "check_int", "is_integer"]
+
+
+def check_bool(value, name):
+    """``value`` as a bool: True, False (NumPy's too) or the integers 1 and 0.
+
+    A string or None is refused rather than taken for its truth value
+    (``"no"`` is truthy). ``name`` names the argument in the message.
+    """
+    if isinstance(value, (bool, np.bool_)) or (is_integer(value) and value in (0, 1)):
+        return bool(value)
+    raise InvalidArgumentTypeError(f"{name}={value!r} should be True or False")
 
 
 def is_integer(value):

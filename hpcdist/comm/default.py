@@ -10,7 +10,9 @@ communicator at every call.
 
 import atexit
 import os
+import warnings
 
+from .._checks import check_bool
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from .abort import install_abort_hook
 from .context import Context
@@ -34,6 +36,23 @@ def _check_from_env():
     if value in ("1", "true", "yes", "on"):
         return True
     raise InvalidArgumentError(f"HPCDIST_CHECK={value!r} is not understood; use 0 or 1")
+
+
+def _warn_if_ignored(ctx, comm, device, check):
+    """Warn that a later :func:`init` keeps the default context ``ctx`` as it is,
+    naming the arguments that differ from it."""
+    ignored = []
+    if comm is not None and MPI.Comm.Compare(comm, ctx.comm) not in (MPI.IDENT,
+                                                                      MPI.CONGRUENT):
+        ignored.append(f"comm={comm!r}")
+    if device != "auto" and device != ctx.device:
+        ignored.append(f"device={device!r} (the context has {ctx.device!r})")
+    if check is not None and check != ctx.check:
+        ignored.append(f"check={check} (the context has {ctx.check})")
+    if ignored:
+        warnings.warn(f"hpcdist.init: already initialised; {', '.join(ignored)} ignored; call "
+                      "hpcdist.finalize() first to start a new default context",
+                      UserWarning, stacklevel=3)
 
 
 def _check_communicator(comm, name):
@@ -64,13 +83,22 @@ def init(comm=None, *, device="auto", check=None, abort_on_error=True):
     Returns
     -------
     Context
+
+    Warns
+    -----
+    UserWarning
+        A later call whose ``comm``, ``device`` or ``check`` differ from
+        the default context's (they are ignored; :func:`finalize` first).
     """
+    check = None if check is None else check_bool(check, "init: check")
+    abort_on_error = check_bool(abort_on_error, "init: abort_on_error")
     if _DEFAULT:
+        _warn_if_ignored(_DEFAULT[0], comm, device, check)
         return _DEFAULT[0]
     if comm is None:
         comm = MPI.COMM_WORLD
     _check_communicator(comm, "comm")
-    check = _check_from_env() if check is None else bool(check)
+    check = _check_from_env() if check is None else check
     timeout = stall_timeout_from_env()
     if not _AT_EXIT:  # registered after MPI loaded, so it runs before mpi4py finalizes MPI
         atexit.register(finalize)

@@ -8,7 +8,7 @@ import contextlib
 
 import numpy as np
 
-from .._checks import check_int
+from .._checks import check_bool, check_int
 from ..comm import resolve_context
 from ..comm.agreement import agree_config
 from ..comm.checks import validated_on_every_rank
@@ -91,9 +91,9 @@ class DistributedSampler:
                 rank = default.rank if rank is None else rank
             self.num_replicas = check_int(num_replicas, "num_replicas", minimum=1)
             self.rank = check_rank(rank, self.num_replicas, world_name="num_replicas")
-            self.shuffle = bool(shuffle)
+            self.shuffle = check_bool(shuffle, "shuffle")
             self.seed = check_seed(seed)
-            self.drop_last = bool(drop_last)
+            self.drop_last = check_bool(drop_last, "drop_last")
         if ctx is not None:
             agree_config(ctx, "DistributedSampler", {
                 "dataset_size": self.dataset_size, "shuffle": self.shuffle, "seed": self.seed,

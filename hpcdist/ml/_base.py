@@ -14,8 +14,11 @@ estimator pickles without its communicator (:meth:`__getstate__`).
 
 import functools
 import inspect
+import math
+import numbers
 import warnings
 from abc import ABCMeta, abstractmethod
+from collections.abc import Mapping
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -26,13 +29,14 @@ from .._arrays import is_cupy
 from ..comm import allreduce, broadcast_object, resolve_context
 from ..comm.agreement import agree_config
 from ..comm.checks import mark_raised_on_every_rank, validated_on_every_rank
-from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, StateDictKeyError
+from ..parallel.averaging import checked_int
 from ._checkpointing import FitCheckpointing
 from ._scores import correct_rows, global_accuracy, row_weights
 from ._validation import check_device_rows
 
 __all__ = ["DistributedEstimator", "DistributedClassifierMixin", "accepts_local_keywords",
-           "shared_seed"]
+           "shared_seed", "random_state_of"]
 
 #: the arguments' names before scikit-learn's ``X, y`` (still accepted, with a FutureWarning)
 _RENAMED_ARGUMENTS = {"X_local": "X", "y_local": "y"}
@@ -68,15 +72,24 @@ def accepts_local_keywords(method):
     return renaming
 
 
+def random_state_of(random_state):
+    """scikit-learn's ``check_random_state``, which also takes a NumPy ``Generator``
+    (drawing from its bit generator, so that the Generator advances as a
+    ``RandomState`` would)."""
+    if isinstance(random_state, np.random.Generator):
+        return np.random.RandomState(random_state.bit_generator)
+    return check_random_state(random_state)
+
+
 def shared_seed(random_state, ctx, high):
     """An int seed in ``[0, high)``, the same on every rank, so that a fit is rank-invariant.
 
     An integer ``random_state`` (checked equal across ranks by the estimators)
-    gives it everywhere without communication; None or a ``RandomState`` draws
-    on rank 0, which broadcasts it.
+    gives it everywhere without communication; None, a ``RandomState`` or a
+    ``Generator`` draws on rank 0, which broadcasts it.
     """
     def draw():
-        return int(check_random_state(random_state).randint(high))
+        return int(random_state_of(random_state).randint(high))
     if isinstance(random_state, (int, np.integer)) or ctx.size == 1:
         return draw()
     return broadcast_object(draw() if ctx.rank == 0 else None, root=0, ctx=ctx)
@@ -147,12 +160,55 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
         agree_config(ctx, f"{type(self).__name__}.{where}", settings)
 
     def _checked_params(self):
-        """:meth:`_check_params` right after the agreement check: the parameters are
-        the same everywhere, so an error is raised on every rank (and marked so)."""
+        """``random_state`` and :meth:`_check_params` right after the agreement check: the
+        parameters are the same everywhere, so an error is raised on every rank (and marked
+        so)."""
         try:
+            self._check_random_state()
             return self._check_params()
         except (ValueError, TypeError) as error:
             raise mark_raised_on_every_rank(error)
+
+    def _check_random_state(self):
+        """Raise unless ``random_state`` is None, an int in ``[0, 2**32 - 1]`` (NumPy's seeds),
+        a ``RandomState`` or a ``Generator``."""
+        value = self.random_state
+        if value is None or isinstance(value, (np.random.RandomState, np.random.Generator)):
+            return
+        checked_int(type(self).__name__, "random_state", value, 0, 2 ** 32 - 1,
+                    hint=", None, or a numpy RandomState or Generator")
+
+    def _check_int(self, option, minimum, allow_none=False, allow_fraction=None):
+        """The hyperparameter ``option`` as an int >= ``minimum`` (or None, or a float in
+        ``allow_fraction=(low, high]``), or an error naming it."""
+        value = getattr(self, option)
+        name = type(self).__name__
+        if value is None and allow_none:
+            return None
+        if allow_fraction and isinstance(value, (float, np.floating)) and not isinstance(
+                value, bool):
+            low, high = allow_fraction
+            if not low < value <= high:
+                raise InvalidArgumentError(
+                    f"{name}: {option}={value!r} should be an int >= "
+                    f"{minimum} or a float in ({low}, {high}]")
+            return float(value)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+                or value < minimum:
+            raise InvalidArgumentError(
+                f"{name}: {option}={value!r} should be an int >= {minimum}"
+                + (" or None" if allow_none else ""))
+        return int(value)
+
+    def _check_real(self, option, minimum, strict=False):
+        """The hyperparameter ``option`` as a finite float >= ``minimum`` (> with
+        ``strict``), or an error naming it."""
+        value = getattr(self, option)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) \
+                or not math.isfinite(value) or value < minimum or (strict and value == minimum):
+            raise InvalidArgumentError(f"{type(self).__name__}: {option}={value!r} should be a "
+                                       f"finite number {'>' if strict else '>='} {minimum}")
+        return float(value)
 
     def _start_fit(self, X, checkpoint, checkpoint_every):
         """The opening of ``fit``: settings agreed across ranks, hyperparameters, context,
@@ -234,17 +290,46 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
         validate_data(self, X, reset=False, skip_check_array=True)
         return X
 
-    def _parameter_vector(self, vector, expected, what):
-        """``vector`` as a 1-D float64 array, checked to hold ``expected`` values.
+    def _parameter_vector(self, vector, expected=None, what=""):
+        """``vector`` as a 1-D float64 array of finite values, checked to hold ``expected``
+        values (when given).
 
         ``what`` says what the model's values are, for the message (e.g. ``"parameters"``).
         """
-        vector = np.asarray(vector, dtype=np.float64).ravel()
-        if vector.size != expected:
+        where = f"{type(self).__name__}.set_parameters"
+        try:
+            vector = np.asarray(vector, dtype=np.float64).ravel()
+        except (TypeError, ValueError) as error:
+            raise InvalidArgumentTypeError(f"{where}: the vector is not numbers ({error}); pass "
+                                           "a 1-D float array made by get_parameters()") from None
+        if expected is not None and vector.size != expected:
+            raise InvalidArgumentError(f"{where}: got {vector.size} values, the model has "
+                                       f"{expected} {what}")
+        bad = np.flatnonzero(~np.isfinite(vector))
+        if bad.size:
             raise InvalidArgumentError(
-                f"{type(self).__name__}.set_parameters: got {vector.size} values, "
-                f"the model has {expected} {what}")
+                f"{where}: the vector holds NaN or infinity at {bad.size} of its {vector.size} "
+                f"positions (the first at index {bad[0]}); pass finite values, as "
+                "get_parameters() makes them")
         return vector
+
+    #: the top-level keys every :meth:`state_dict` of this estimator holds
+    _state_keys = ()
+
+    def _check_state(self, state):
+        """Raise unless ``state`` is a dict with :attr:`_state_keys`, naming the first missing
+        key and whose state it looks like."""
+        name = type(self).__name__
+        if not isinstance(state, Mapping):
+            raise InvalidArgumentTypeError(
+                f"{name}.load_state_dict: state is a {type(state).__name__}, not a dict; pass "
+                f"what {name}.state_dict() returned")
+        missing = [key for key in self._state_keys if key not in state]
+        if missing:
+            others = f" (nor {len(missing) - 1} more of the keys needed)" if missing[1:] else ""
+            raise StateDictKeyError(
+                f"{name}.load_state_dict: the state has no {missing[0]!r}{others}; it looks like "
+                f"{_state_source(state)}; pass what {name}.state_dict() returned")
 
     # -- trainer protocol ------------------------------------------------------------------
     @abstractmethod
@@ -291,6 +376,23 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
 
     def _load_extra_state(self, state):
         """Restore the entries of :meth:`_extra_state` from ``state``."""
+
+
+def _estimator_classes(cls=DistributedEstimator):
+    """Every subclass of ``cls`` (recursively)."""
+    for subclass in cls.__subclasses__():
+        yield subclass
+        yield from _estimator_classes(subclass)
+
+
+def _state_source(state):
+    """Whose state ``state`` looks like: the public estimator with the most
+    :attr:`_state_keys` that it holds all of (for messages)."""
+    matches = [cls for cls in _estimator_classes() if not cls.__name__.startswith("_")
+               and cls._state_keys and all(key in state for key in cls._state_keys)]
+    if not matches:
+        return f"no hpcdist estimator's state (its keys: {sorted(map(str, state))[:8]})"
+    return f"the state of {max(matches, key=lambda cls: len(cls._state_keys)).__name__}"
 
 
 class DistributedClassifierMixin(ClassifierMixin):

@@ -8,12 +8,14 @@ on any rank makes every rank save at the next epoch boundary and exit with
 code 75 (see :mod:`hpcdist._preemption`).
 """
 
+import numbers
 from contextlib import ExitStack
 
 import numpy as np
 
 from .._preemption import Preempted, PreemptionHandler
 from ..comm import broadcast_object
+from ..comm.checks import mark_raised_on_every_rank
 from ..comm.watchdog import end_stalls_after_termination
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 
@@ -43,7 +45,9 @@ class FitCheckpointing:
                                               ("save", "restore", "latest_step")):
             raise InvalidArgumentTypeError(f"{name}.fit: checkpoint={checkpoint!r} should be a "
                                            "hpcdist.checkpoint.CheckpointManager")
-        if every is not None and (isinstance(every, bool) or int(every) != every or every < 1):
+        if every is not None and (isinstance(every, (bool, np.bool_))
+                                  or not isinstance(every, numbers.Real)
+                                  or not float(every).is_integer() or every < 1):
             raise InvalidArgumentError(f"{name}.fit: checkpoint_every={every!r} should be a whole "
                                        "number >= 1")
         self.estimator = estimator
@@ -78,7 +82,23 @@ class FitCheckpointing:
         if latest is None:
             return None
         state = self.checkpoint.restore()  # may fall back to an older valid step, warning
-        self.estimator.load_state_dict(state["estimator"])
+        name = type(self.estimator).__name__
+        saved_by = (getattr(self.checkpoint, "restored_metadata", None) or {}).get("estimator")
+        try:
+            if saved_by not in (None, name):
+                raise InvalidArgumentError(f"it was saved by a {saved_by} fit")
+            if not {"estimator", "progress"} <= set(state):
+                raise InvalidArgumentError(f"it holds {sorted(map(str, state))[:8]}, not the "
+                                           "state of an estimator's fit")
+            self.estimator.load_state_dict(state["estimator"])
+        except (ValueError, TypeError, KeyError) as error:
+            # the state and the parameters are the same on every rank: so is the error
+            where = getattr(self.checkpoint, "directory", repr(self.checkpoint))
+            raise mark_raised_on_every_rank(InvalidArgumentError(
+                f"{name}.fit: the checkpoint directory {where} holds another run's checkpoint "
+                f"(step {latest}), which this {name} cannot resume: {error}; use a new "
+                "directory for this fit (or this estimator's settings of that run to resume "
+                "it)")) from None
         self._last_saved = int(state["progress"])
         return self._last_saved
 

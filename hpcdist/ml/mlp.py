@@ -15,18 +15,24 @@ import warnings
 import numpy as np
 from sklearn.base import RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_consistent_length
 from tqdm.auto import tqdm
 
 from .. import nn
+from .._checks import is_integer
 from .._partition import balanced_counts
 from ..comm import allreduce
 from ..comm.checks import agree, format_ranks, mark_raised_on_every_rank, validated_on_every_rank
 from ..exceptions import InvalidArgumentError
 from ..nn.optim import SGD, Adam
 from ..parallel import DistributedDataParallel, TrainingStrategy
-from ._base import DistributedClassifierMixin, DistributedEstimator, accepts_local_keywords
+from ..parallel._checks import checked_bucket_size, checked_compression
+from ._base import (
+    DistributedClassifierMixin,
+    DistributedEstimator,
+    accepts_local_keywords,
+    random_state_of,
+)
 from ._checkpointing import optimizer_from_tree, optimizer_to_tree
 from ._mlp_strategies import StrategyTraining, checked_strategy, own_rank_state, per_rank_state
 from ._scores import global_r2, row_weights
@@ -44,6 +50,8 @@ class _BaseMLP(DistributedEstimator):
 
     _model_attribute = "model_"
     _fit_attributes = ("model_", "classes_", "_ddp", "_training", "_training_state")
+    _state_keys = ("model", "optimizer", "loss_curve", "n_iter", "t", "best_loss",
+                   "no_improvement", "n_features_in", "n_outputs", "dtype")
 
     def __init__(self, hidden_layer_sizes=(100,), *, activation="relu", solver="adam",
                  learning_rate_init=1e-3, batch_size=256, max_iter=200, random_state=None,
@@ -78,31 +86,32 @@ class _BaseMLP(DistributedEstimator):
     # -- validation -------------------------------------------------------------------
     def _check_params(self):
         name = type(self).__name__
-        sizes = self.hidden_layer_sizes
-        sizes = (sizes,) if np.isscalar(sizes) else tuple(sizes)
-        if any(int(s) != s or s < 1 for s in sizes):
-            raise InvalidArgumentError(
-                f"{name}: hidden_layer_sizes={self.hidden_layer_sizes!r} should "
-                "hold positive integers")
         for option, value, choices in (("activation", self.activation, _ACTIVATIONS),
                                        ("solver", self.solver, _SOLVERS)):
-            if value not in choices:
+            if not isinstance(value, str) or value not in choices:
                 raise InvalidArgumentError(
                     f"{name}: {option}={value!r} is not supported; choose one "
                     f"of {sorted(choices)}")
-        for option, value, low in (("learning_rate_init", self.learning_rate_init, 0.0),
-                                   ("batch_size", self.batch_size, 1),
-                                   ("max_iter", self.max_iter, 1),
-                                   ("n_iter_no_change", self.n_iter_no_change, 1)):
-            if not (np.isscalar(value) and value >= low) or (option == "learning_rate_init"
-                                                             and value == 0):
-                raise InvalidArgumentError(f"{name}: {option}={value!r} should be "
-                                           f"{'> 0' if low == 0.0 else f'>= {low}'}")
-        if self.alpha < 0 or self.tol < 0:
-            raise InvalidArgumentError(
-                f"{name}: alpha={self.alpha} and tol={self.tol} should be >= 0")
+        self._check_real("learning_rate_init", 0, strict=True)
+        for option in ("batch_size", "max_iter", "n_iter_no_change"):
+            self._check_int(option, 1)
+        for option in ("alpha", "tol"):
+            self._check_real(option, 0)
+        checked_bucket_size(name, self.bucket_size_mb)
+        checked_compression(name, self.compression)
         checked_strategy(name, self.strategy, self.strategy_options, self.adaptive_batch)
-        return tuple(int(s) for s in sizes)
+        return self._hidden_layer_sizes()
+
+    def _hidden_layer_sizes(self):
+        """``hidden_layer_sizes`` as a non-empty tuple of ints >= 1 (an int: one layer)."""
+        sizes = self.hidden_layer_sizes
+        layers = (sizes,) if is_integer(sizes) else sizes
+        if not (isinstance(layers, (tuple, list, np.ndarray)) and len(layers)
+                and all(is_integer(width) and width >= 1 for width in layers)):
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: hidden_layer_sizes={sizes!r} should be a non-empty "
+                "tuple of integers >= 1 (the hidden layers' widths), e.g. (100,) or (64, 32)")
+        return tuple(int(width) for width in layers)
 
     def _validate(self, X, y, ctx, fitted):
         name = f"{type(self).__name__}.fit"
@@ -146,7 +155,7 @@ class _BaseMLP(DistributedEstimator):
     def _build(self, n_in, n_out, dtype):
         """A new model (``model_``) and optimizer; training starts over."""
         hidden = self._check_params()
-        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
+        seed = self._seed()
         self._architecture = ((n_in, *hidden, n_out), self.activation, self.solver)
         self.model_, self._optimizer = self._network(self._architecture, dtype, seed)
         self.__dict__.pop("_ddp", None)  # made for this model when training starts
@@ -341,7 +350,7 @@ class _BaseMLP(DistributedEstimator):
         return loss
 
     def _seed(self):
-        return check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
+        return random_state_of(self.random_state).randint(np.iinfo(np.int32).max)
 
     # -- inference --------------------------------------------------------------------
     def _forward(self, X):
@@ -409,6 +418,7 @@ class _BaseMLP(DistributedEstimator):
 
     def load_state_dict(self, state):
         """Restore from :meth:`state_dict` (rebuilds the model when needed)."""
+        self._check_state(state)
         self._load_extra_state(state)
         self.n_features_in_ = int(state["n_features_in"])
         self._dtype = np.dtype(state["dtype"])
@@ -450,7 +460,7 @@ class MLPClassifier(DistributedClassifierMixin, _BaseMLP):
         The *global* batch: each rank takes its balanced share per step.
     max_iter : int, default=200
         Epochs (over the global data).
-    random_state : int, RandomState or None
+    random_state : int in [0, 2**32 - 1], RandomState, Generator or None
         Seeds the weights (identical on all ranks) and the shuffling.
     strategy : str or TrainingStrategy, default="data_parallel"
         How the ranks' networks train together: ``"data_parallel"``
@@ -505,6 +515,7 @@ class MLPClassifier(DistributedClassifierMixin, _BaseMLP):
     """
 
     _classification = True
+    _state_keys = _BaseMLP._state_keys + ("classes",)
 
     def _targets(self, data, first_call, ctx, classes=None):
         if classes is not None:

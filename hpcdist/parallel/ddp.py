@@ -23,12 +23,14 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from .._checks import check_bool
 from ..comm import allreduce, broadcast, broadcast_object, iallreduce, resolve_context
 from ..comm.agreement import agree_config, described_layouts
 from ..comm.background import CommunicationThread
 from ..compression import compressed_allreduce
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from ..nn.module import Module, array_module
+from ._checks import checked_bucket_size, checked_compression
 from .buckets import assign_buckets
 
 __all__ = ["DistributedDataParallel", "DDP"]
@@ -79,7 +81,10 @@ class DistributedDataParallel(Module):
         On every rank, naming the first parameter or buffer whose name, shape
         or dtype differs between ranks (or a setting that does).
     ValueError
-        For a negative ``bucket_size_mb``.
+        For a negative or NaN ``bucket_size_mb``.
+    TypeError
+        For a ``bucket_size_mb`` that is not a number, a ``broadcast_buffers``
+        that is not a bool, a ``compression`` that is not a compressor.
     """
 
     def __init__(self, module, *, bucket_size_mb=25.0, broadcast_buffers=True,
@@ -89,16 +94,14 @@ class DistributedDataParallel(Module):
             raise InvalidArgumentTypeError(
                 f"DistributedDataParallel: module is a {type(module).__name__}, "
                 "not an hpcdist.nn.Module")
-        bucket_size_mb = float(bucket_size_mb)
-        if not bucket_size_mb >= 0:
-            raise InvalidArgumentError(
-                f"DistributedDataParallel: bucket_size_mb={bucket_size_mb} should "
-                "be >= 0 (0: one bucket per parameter, inf: one bucket)")
+        owner = "DistributedDataParallel"
+        bucket_size_mb = checked_bucket_size(owner, bucket_size_mb)
+        broadcast_buffers = check_bool(broadcast_buffers, f"{owner}: broadcast_buffers")
         self.module = module
         self.ctx = resolve_context(ctx)
         self.bucket_size_mb = bucket_size_mb
-        self.broadcast_buffers = bool(broadcast_buffers)
-        self.compression = compression
+        self.broadcast_buffers = broadcast_buffers
+        self.compression = checked_compression(owner, compression)
         self.exposed_communication_seconds = 0.0
         named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
         if progress_thread is None:

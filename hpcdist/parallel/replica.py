@@ -28,6 +28,46 @@ def _is_torch_module(module):
                for cls in type(module).__mro__)
 
 
+def _check_optimizer_owns(owner, optimizer, module, trainable):
+    """Raise unless ``optimizer`` steps exactly ``module``'s parameters.
+
+    Both hpcdist.nn and torch optimizers list their parameters in
+    ``param_groups[i]["params"]`` (the module's own objects, compared by
+    identity). The optimizer may hold frozen parameters of the module, but
+    none of another model and every trainable one: otherwise the strategy
+    would average a model that its optimizer never changes.
+
+    Parameters
+    ----------
+    owner : str
+        The strategy, for messages.
+    optimizer : hpcdist.nn.optim.Optimizer or torch.optim.Optimizer
+    module : hpcdist.nn.Module or torch.nn.Module
+    trainable : list of (str, parameter)
+        The module's trainable parameters.
+    """
+    groups = getattr(optimizer, "param_groups", None)
+    if groups is None:
+        raise InvalidArgumentTypeError(
+            f"{owner}: optimizer is a {type(optimizer).__name__} without param_groups; pass "
+            "the optimizer of the module's parameters (an hpcdist.nn.optim or torch.optim "
+            "optimizer)")
+    held = {id(p) for group in groups for p in group["params"]}
+    foreign = len(held - {id(p) for p in module.parameters()})
+    missing = [name for name, p in trainable if id(p) not in held]
+    if foreign or missing:
+        found = []
+        if foreign:
+            found.append(f"holds {foreign} parameter(s) that are not the module's")
+        if missing:
+            found.append(f"lacks {len(missing)} of the module's {len(trainable)} trainable "
+                         f"parameter(s) (the first: {missing[0]!r})")
+        raise InvalidArgumentError(
+            f"{owner}: the optimizer {' and '.join(found)}, so it would not train the module "
+            "the strategy averages; make the optimizer from this module's parameters, e.g. "
+            "SGD(module.parameters(), lr=0.1), and pass that module and that optimizer")
+
+
 class Replica:
     """This rank's copy of a model and its optimizer, seen as arrays.
 
@@ -65,6 +105,7 @@ class Replica:
         self.named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
         if not self.named:
             raise InvalidArgumentError(f"{owner}: the module has no trainable parameters")
+        _check_optimizer_owns(owner, optimizer, module, self.named)
 
     def arrays(self):
         """The parameters' values, as arrays sharing their memory."""

@@ -1,5 +1,6 @@
 """Context creation, attributes, layout (nodes), group and split."""
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -38,6 +39,25 @@ def test_init_is_idempotent(ctx):
     assert hpcdist.init() is ctx
     assert hpcdist.init() is hpcdist.init()
     assert hpcdist.get_context() is ctx
+
+
+def test_a_later_init_names_the_arguments_it_ignores(ctx):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # none for the same arguments
+        assert hpcdist.init(MPI.COMM_WORLD, device=ctx.device, check=ctx.check) is ctx
+    with pytest.warns(UserWarning, match=rf"already initialised; device='cuda:7' \(the context "
+                                         rf"has '{ctx.device}'\), check={not ctx.check} \(the "
+                                         r"context has .*\) ignored; call hpcdist.finalize\(\)"):
+        assert hpcdist.init(device="cuda:7", check=not ctx.check) is ctx
+
+
+@pytest.mark.parametrize("arguments,match", [
+    ({"check": "no"}, r"init: check='no' should be True or False"),
+    ({"abort_on_error": None}, r"init: abort_on_error=None should be True or False"),
+])
+def test_init_refuses_flags_that_are_not_bools(ctx, arguments, match):
+    with pytest.raises(hpcdist.InvalidArgumentTypeError, match=match):
+        hpcdist.init(**arguments)
 
 
 def test_comm_is_a_dup_of_comm_world(ctx):

@@ -114,6 +114,9 @@ def test_sampler_defaults_from_context(rank, size):
     ((10, 2, -1), {}, ValueError, r"rank=-1 should be in 0\.\.1"),
     ((10, 2, 0), {"seed": -1}, ValueError, r"seed=-1 should be >= 0"),
     ((10, 2, 0), {"seed": None}, TypeError, r"seed=None.*same non-negative int"),
+    ((10, 2, 0), {"shuffle": "no"}, TypeError, r"shuffle='no' should be True or False"),
+    ((10, 2, 0), {"shuffle": None}, TypeError, r"shuffle=None should be True or False"),
+    ((10, 2, 0), {"drop_last": "yes"}, TypeError, r"drop_last='yes' should be True or False"),
 ])
 def test_sampler_bad_arguments(args, kwargs, exc, match):
     with pytest.raises(exc, match=match):

@@ -427,11 +427,29 @@ def test_no_rows_anywhere():
     (dict(min_samples_leaf=0.7), r"min_samples_leaf=0.7 should be"),
     (dict(criterion="mse"), r"criterion='mse' is not supported"),
     (dict(oob_score=True, bootstrap=False), r"oob_score=True needs bootstrap=True"),
+    (dict(bootstrap="no"), r"bootstrap='no' should be True or False"),
+    (dict(bootstrap=None), r"bootstrap=None should be True or False"),
+    (dict(oob_score="yes"), r"oob_score='yes' should be True or False"),
+    (dict(random_state="x"), r"random_state='x' should be an integer, None, or a numpy "
+                             r"RandomState or Generator"),
+    (dict(random_state=-1), r"random_state=-1 should be in \[0, 4294967295\]"),
+    (dict(random_state=2 ** 40), r"random_state=1099511627776 should be in \[0, 4294967295\]"),
 ])
 def test_bad_hyperparameters(options, pattern):
     X, y = _classification(rows=40)
     model = RandomForestClassifier(**{"n_estimators": 2, **options})
-    expect_error(ValueError, model.fit, X, y, match=pattern)
+    error = expect_error((ValueError, TypeError), model.fit, X, y, match=pattern)
+    assert isinstance(error, hpcdist.HpcdistError)
+
+
+def test_set_parameters_refuses_nan_anywhere_in_the_vector():
+    X, y = _classification(rows=40)
+    model = RandomForestClassifier(2, max_bins=8, random_state=0).fit(X, y)
+    vector = model.get_parameters()
+    vector[-1] = np.nan  # a leaf value, after a header that reads well
+    expect_error(ValueError, model.set_parameters, vector,
+                 match=rf"the vector holds NaN or infinity at 1 of its {vector.size} positions "
+                       rf"\(the first at index {vector.size - 1}\); pass finite values")
 
 
 class _MemoryCheckpoints:

@@ -258,6 +258,12 @@ def test_parameters_state_dict_and_synchronize():
         np.testing.assert_allclose(km.get_parameters(), vector + (size - 1) / 2, rtol=1e-12)
         with pytest.raises(ValueError, match="got 3 values"):
             km.set_parameters(np.zeros(3))
+    before = km.get_parameters()
+    expect_error(ValueError, km.set_parameters, np.full(vector.size, np.nan),
+                 match=r"KMeans.set_parameters: the vector holds NaN or infinity at 30 of its 30 "
+                       r"positions \(the first at index 0\); pass finite values")
+    with all_ranks("a refused vector changes nothing"):
+        np.testing.assert_array_equal(km.get_parameters(), before)
 
 
 # -- bad input: the same clear error on every rank ----------------------------------------------
@@ -308,8 +314,14 @@ def test_bad_hyperparameters():
                                (KMeans(3, n_init=0), r"n_init=0"),
                                (KMeans(3, tol=-1.0), r"tol=-1.0"),
                                (KMeans(3, max_iter=0), r"max_iter=0"),
-                               (KMeans(3, init=np.zeros((2, 5))), r"shape of the initial")):
+                               (KMeans(3, init=np.zeros((2, 5))), r"shape of the initial"),
+                               (KMeans(3, random_state=-1),
+                                r"random_state=-1 should be in \[0, 4294967295\]"),
+                               (KMeans(3, random_state=2 ** 40), r"random_state=1099511627776")):
         expect_error(ValueError, estimator.fit, X_local, match=pattern)
+    expect_error(TypeError, KMeans(3, random_state="x").fit, X_local,
+                 match=r"KMeans: random_state='x' should be an integer, None, or a numpy "
+                       r"RandomState or Generator")
     with pytest.raises(TypeError, match="CheckpointManager"):
         KMeans(3).fit(X_local, checkpoint="ckpt")
 

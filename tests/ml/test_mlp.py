@@ -144,14 +144,76 @@ def test_too_few_samples_for_the_batch():
                  X, y, match=[r"fewer than its share", r"batch_size="])
 
 
-def test_bad_hyperparameters():
+_SIZES = r"should be a non-empty tuple of integers >= 1"
+
+
+@pytest.mark.parametrize("options, exc, pattern", [
+    (dict(activation="sigmoid"), ValueError, r"activation='sigmoid' is not supported"),
+    (dict(activation=["relu"]), ValueError, r"activation=\['relu'\] is not supported"),
+    (dict(hidden_layer_sizes=(0,)), ValueError, rf"hidden_layer_sizes=\(0,\) {_SIZES}"),
+    (dict(hidden_layer_sizes="abc"), ValueError, rf"hidden_layer_sizes='abc' {_SIZES}"),
+    (dict(hidden_layer_sizes=None), ValueError, rf"hidden_layer_sizes=None {_SIZES}"),
+    (dict(hidden_layer_sizes=np.nan), ValueError, rf"hidden_layer_sizes=nan {_SIZES}"),
+    (dict(hidden_layer_sizes=[[3]]), ValueError, rf"hidden_layer_sizes=\[\[3\]\] {_SIZES}"),
+    (dict(hidden_layer_sizes=()), ValueError, rf"hidden_layer_sizes=\(\) {_SIZES}"),
+    (dict(hidden_layer_sizes=(4.5,)), ValueError, rf"hidden_layer_sizes=\(4.5,\) {_SIZES}"),
+    (dict(learning_rate_init=0), ValueError, r"learning_rate_init=0 should be a finite number > 0"),
+    (dict(learning_rate_init=np.inf), ValueError, r"learning_rate_init=inf should be a finite"),
+    (dict(learning_rate_init=np.nan), ValueError, r"learning_rate_init=nan should be a finite"),
+    (dict(learning_rate_init="a"), ValueError, r"learning_rate_init='a' should be a finite"),
+    (dict(alpha=np.inf), ValueError, r"alpha=inf should be a finite number >= 0"),
+    (dict(alpha=-1.0), ValueError, r"alpha=-1.0 should be a finite number >= 0"),
+    (dict(alpha="x"), ValueError, r"alpha='x' should be a finite number >= 0"),
+    (dict(tol="x"), ValueError, r"tol='x' should be a finite number >= 0"),
+    (dict(tol=np.nan), ValueError, r"tol=nan should be a finite number >= 0"),
+    (dict(batch_size="8"), ValueError, r"batch_size='8' should be an int >= 1"),
+    (dict(batch_size=2.5), ValueError, r"batch_size=2.5 should be an int >= 1"),
+    (dict(batch_size=True), ValueError, r"batch_size=True should be an int >= 1"),
+    (dict(batch_size=np.inf), ValueError, r"batch_size=inf should be an int >= 1"),
+    (dict(max_iter=np.inf), ValueError, r"max_iter=inf should be an int >= 1"),
+    (dict(max_iter=2.5), ValueError, r"max_iter=2.5 should be an int >= 1"),
+    (dict(n_iter_no_change=1.5), ValueError, r"n_iter_no_change=1.5 should be an int >= 1"),
+    (dict(n_iter_no_change=np.inf), ValueError, r"n_iter_no_change=inf should be an int >= 1"),
+    (dict(bucket_size_mb="x"), TypeError, r"bucket_size_mb='x' should be a number >= 0"),
+    (dict(bucket_size_mb=-1), ValueError, r"bucket_size_mb=-1.0 should be >= 0"),
+    (dict(compression="fp16"), TypeError,
+     r"compression='fp16' is not a compressor.*pass None or a compressor object, e\.g\. "
+     r"hpcdist\.compression\.FP16Compressor\(\)"),
+    (dict(compression=123), TypeError, r"compression=123 is not a compressor"),
+    (dict(random_state="x"), TypeError, r"random_state='x' should be an integer, None, or a "
+                                        r"numpy RandomState or Generator"),
+    (dict(random_state=-1), ValueError, r"random_state=-1 should be in \[0, 4294967295\]"),
+    (dict(random_state=2 ** 40), ValueError, r"random_state=1099511627776 should be in"),
+])
+@pytest.mark.parametrize("cls", [MLPClassifier, MLPRegressor])
+def test_bad_hyperparameters(cls, options, exc, pattern):
     X, y = _data()
-    expect_error(ValueError, MLPClassifier(activation="sigmoid").fit, X, y,
-                 match=r"activation='sigmoid'")
-    expect_error(ValueError, MLPClassifier(hidden_layer_sizes=(0,)).fit, X, y,
-                 match=r"hidden_layer_sizes")
-    expect_error(ValueError, MLPClassifier(learning_rate_init=0).fit, X, y,
-                 match=r"learning_rate_init=0")
+    error = expect_error(exc, cls(**{"batch_size": 8, "max_iter": 1, **options}).fit, X, y,
+                         match=rf"{cls.__name__}: {pattern}")
+    assert isinstance(error, hpcdist.HpcdistError)
+
+
+def test_random_state_may_be_a_generator():
+    X, y = _data()
+    first = MLPClassifier((4,), batch_size=8, max_iter=2, tol=0,
+                          random_state=np.random.default_rng(3)).fit(X, y)
+    again = MLPClassifier((4,), batch_size=8, max_iter=2, tol=0,
+                          random_state=np.random.default_rng(3)).fit(X, y)
+    with all_ranks("a Generator seeds alike"):
+        np.testing.assert_array_equal(first.get_parameters(), again.get_parameters())
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_set_parameters_refuses_nan_and_infinity(value):
+    X, y = _data()
+    clf = MLPClassifier((4,), batch_size=8, max_iter=1, tol=0, random_state=0).fit(X, y)
+    before = clf.get_parameters()
+    bad = before.copy()
+    bad[5] = value
+    expect_error(ValueError, clf.set_parameters, bad,
+                 match=rf"MLPClassifier.set_parameters: the vector holds NaN or infinity at 1 "
+                       rf"of its {before.size} positions \(the first at index 5\)")
+    np.testing.assert_array_equal(clf.get_parameters(), before)  # nothing was changed
 
 
 def test_predict_with_wrong_width():

@@ -291,9 +291,23 @@ def test_compression_per_bucket(ctx):
     check_grads_against_one_batch(ddp, X[:GLOBAL_BATCH], y[:GLOBAL_BATCH], rtol=2e-3, atol=2e-3)
 
 
-def test_bad_arguments():
-    with pytest.raises(ValueError, match=r"bucket_size_mb=-1.0"):
-        hpcdist.DDP(make_model(), bucket_size_mb=-1)
+@pytest.mark.parametrize("kwargs, exc, match", [
+    ({"bucket_size_mb": -1}, ValueError, r"bucket_size_mb=-1.0 should be >= 0"),
+    ({"bucket_size_mb": math.nan}, ValueError, r"bucket_size_mb=nan should be >= 0"),
+    ({"bucket_size_mb": "x"}, TypeError, r"bucket_size_mb='x' should be a number >= 0"),
+    ({"broadcast_buffers": "no"}, TypeError, r"broadcast_buffers='no' should be True or False"),
+    ({"broadcast_buffers": None}, TypeError, r"broadcast_buffers=None should be True or False"),
+    ({"compression": "fp16"}, TypeError,
+     r"compression='fp16' is not a compressor .*collective=None.*FP16Compressor\(\)"),
+    ({"compression": 123}, TypeError, r"compression=123 is not a compressor"),
+])
+def test_bad_arguments(kwargs, exc, match):
+    with pytest.raises(exc, match=match) as info:
+        hpcdist.DDP(make_model(), **kwargs)
+    assert isinstance(info.value, hpcdist.HpcdistError)
+
+
+def test_a_module_that_is_not_an_hpcdist_module():
     with pytest.raises(TypeError, match=r"not an hpcdist.nn.Module"):
         hpcdist.DDP(object())
 

@@ -137,5 +137,4 @@ def test_elastic_update_follows_the_formula(ctx):
     with all_ranks("finalize"):
         for p, m in zip(model.parameters(), mean):
             check_array(p.data, m, rtol=0, atol=0, what="finalized replica")
-        assert ElasticAveraging(make_model("hpcdist.nn"), optimizer, ctx=ctx).alpha == \
-            pytest.approx(0.9 / ctx.size)
+        assert ElasticAveraging(model, optimizer, ctx=ctx).alpha == pytest.approx(0.9 / ctx.size)

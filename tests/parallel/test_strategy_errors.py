@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import hpcdist
+from hpcdist.nn.optim import SGD
 from hpcdist.parallel import (
     AggregationMethod,
     DivergenceError,
@@ -14,11 +15,13 @@ from hpcdist.parallel import (
 )
 from tests.helpers import all_ranks, expect_error, mpi_twin
 from tests.parallel._strategies import (
+    KINDS,
     backward,
     local_rows,
     make_loss,
     make_model,
     make_optimizer,
+    need,
     step_data,
 )
 
@@ -70,6 +73,31 @@ def test_bad_options_name_the_value_and_the_fix(ctx):
 
 test_bad_options_name_the_value_and_the_fix_mpi = mpi_twin(
     test_bad_options_name_the_value_and_the_fix)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("cls", [LocalSGD, ElasticAveraging, GossipSGD, FederatedAveraging])
+def test_an_optimizer_of_other_parameters_is_refused(ctx, kind, cls):
+    """An optimizer that does not step the module's parameters would leave the averaged model
+    untrained: the constructor names how many parameters differ and the fix."""
+    need(kind)
+    model = make_model(kind)
+    other = make_model(kind)
+    fix = r"make the optimizer from this module's parameters"
+    expect_error(hpcdist.InvalidArgumentError, cls, model, make_optimizer(kind, other), ctx=ctx,
+                 match=[rf"{cls.__name__}: the optimizer holds 4 parameter\(s\) that are not "
+                        r"the module's and lacks 4 of the module's 4 trainable", fix])
+    first_layer = list(model.parameters())[:2]
+    part = (SGD(first_layer, lr=0.1) if kind == "hpcdist.nn"
+            else need(kind).optim.SGD(first_layer, lr=0.1))
+    expect_error(hpcdist.InvalidArgumentError, cls, model, part, ctx=ctx,
+                 match=[r"the optimizer lacks 2 of the module's 4 trainable parameter\(s\) "
+                        r"\(the first: '2.weight'\)", fix])
+    cls(model, make_optimizer(kind, model), ctx=ctx)  # its own optimizer is accepted
+
+
+test_an_optimizer_of_other_parameters_is_refused_mpi = mpi_twin(
+    test_an_optimizer_of_other_parameters_is_refused)
 
 
 def test_enums_are_their_strings():

@@ -68,9 +68,10 @@ def test_one_sampled_client_trains_with_the_proximal_term(ctx, mu):
     mine = X if ctx.rank in sampled else X[: 3 + ctx.rank]  # unsampled rows never count
     fed.round(mine, y[: len(mine)], make_loss(KIND))
     expected = local_training(X, y, mu, 6, sampled[0])
+    other = make_model(KIND)
     with all_ranks("FedProx"):
         assert len(sampled) == 1 and sampled == FederatedAveraging(
-            make_model(KIND), make_optimizer(KIND, model), clients_per_round=1, seed=7,
+            other, make_optimizer(KIND, other), clients_per_round=1, seed=7,
             ctx=ctx).sampled_ranks(0)
         for index, (actual, wanted) in enumerate(zip(parameters(KIND, model), expected)):
             check_array(actual, wanted, rtol=1e-12, atol=1e-14, what=f"parameter {index}")

@@ -13,6 +13,7 @@ import numpy as np
 from sklearn.base import RegressorMixin
 from tqdm.auto import tqdm
 
+from ..._checks import check_bool
 from ...comm import allreduce, broadcast
 from ...comm.checks import mark_raised_on_every_rank, validated_on_every_rank
 from ...exceptions import InvalidArgumentError
@@ -51,6 +52,8 @@ class _BaseForest(DistributedEstimator):
                        "oob_prediction_", "bin_edges_", "n_features_in_")
     _classification = False
     _criteria = ()
+    _state_keys = ("forest", "bootstrapped", "bin_edges", "bin_edge_offsets", "n_features_in",
+                   "max_features", "seed")
 
     def __init__(self, n_estimators=100, *, criterion=None, max_depth=None, min_samples_split=2,
                  min_samples_leaf=1, max_features=None, bootstrap=True, max_bins=256,
@@ -76,25 +79,6 @@ class _BaseForest(DistributedEstimator):
     def _name(self):
         return type(self).__name__
 
-    def _check_int(self, option, minimum, allow_none=False, allow_fraction=None):
-        value = getattr(self, option)
-        if value is None and allow_none:
-            return None
-        if allow_fraction and isinstance(value, (float, np.floating)) and not isinstance(
-                value, bool):
-            low, high = allow_fraction
-            if not low < value <= high:
-                raise InvalidArgumentError(
-                    f"{self._name()}: {option}={value!r} should be an int >= "
-                    f"{minimum} or a float in ({low}, {high}]")
-            return float(value)
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
-                or value < minimum:
-            raise InvalidArgumentError(
-                f"{self._name()}: {option}={value!r} should be an int >= {minimum}"
-                + (" or None" if allow_none else ""))
-        return int(value)
-
     def _check_params(self):
         self._check_int("n_estimators", 1)
         self._check_int("max_depth", 1, allow_none=True)
@@ -111,6 +95,8 @@ class _BaseForest(DistributedEstimator):
             raise InvalidArgumentError(
                 f"{self._name()}: criterion={self.criterion!r} is not supported; "
                 f"choose one of {list(self._criteria)}")
+        for option in ("bootstrap", "oob_score"):
+            check_bool(getattr(self, option), f"{self._name()}: {option}")
         if self.oob_score and not self.bootstrap:
             raise InvalidArgumentError(
                 f"{self._name()}: oob_score=True needs bootstrap=True (without a "
@@ -332,6 +318,7 @@ class _BaseForest(DistributedEstimator):
     def set_parameters(self, vector):
         """Load a forest from a vector made by :meth:`get_parameters`."""
         self._check_fitted()
+        vector = self._parameter_vector(vector)
         try:
             forest = Forest.from_vector(vector)
         except ValueError as error:
@@ -366,6 +353,7 @@ class _BaseForest(DistributedEstimator):
 
     def load_state_dict(self, state):
         """Restore from :meth:`state_dict`."""
+        self._check_state(state)
         self._load_extra_state(state)
         self.forest_ = Forest.from_state(state["forest"])
         self._bootstrapped = np.asarray(state["bootstrapped"], dtype=np.uint8)
@@ -397,7 +385,7 @@ _DOC_PARAMETERS = """
         Poisson(1) weights per (tree, global row); False: every row once.
     max_bins : int, default=256
         At most this many quantile bins per feature (2 to 256).
-    random_state : int, RandomState or None
+    random_state : int in [0, 2**32 - 1], RandomState, Generator or None
         The same value gives the same forest at any number of ranks.
     comm : None, Context or mpi4py communicator
     verbose : int, default=0
@@ -460,6 +448,7 @@ class RandomForestClassifier(DistributedClassifierMixin, _BaseForest):
 
     _classification = True
     _criteria = ("gini", "entropy", "log_loss")
+    _state_keys = _BaseForest._state_keys + ("classes",)
 
     def __init__(self, n_estimators=100, *, criterion="gini", max_depth=None,
                  min_samples_split=2, min_samples_leaf=1, max_features="sqrt", bootstrap=True,
@@ -559,6 +548,7 @@ class RandomForestRegressor(RegressorMixin, _BaseForest):
     """
 
     _criteria = ("squared_error",)
+    _state_keys = _BaseForest._state_keys + ("target",)
 
     def __init__(self, n_estimators=100, *, criterion="squared_error", max_depth=None,
                  min_samples_split=2, min_samples_leaf=1, max_features=1.0, bootstrap=True,

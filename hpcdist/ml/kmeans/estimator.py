@@ -108,8 +108,8 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
         Stop when the squared Frobenius norm of the center update is at most
         ``tol`` times the mean per-feature variance of the global data (or
         when no label changes).
-    random_state : int, RandomState or None
-        Seeds the initialization. With None or a RandomState, rank 0's draw
+    random_state : int in [0, 2**32 - 1], RandomState, Generator or None
+        Seeds the initialization. With None, a RandomState or a Generator, rank 0's draw
         is used on every rank.
     comm : None, Context or mpi4py communicator
     verbose : int, default=0
@@ -144,6 +144,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
 
     _model_attribute = "cluster_centers_"
     _fit_attributes = _FITTED + _PREPARED + ("_fit_progress",)
+    _state_keys = ("mean", "tol", "n_features_in")
 
     def __init__(self, n_clusters=8, *, init="k-means++", n_init="auto", max_iter=300,
                  tol=1e-4, random_state=None, comm=None, verbose=0):
@@ -545,6 +546,7 @@ class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin,
 
     def load_state_dict(self, state):
         """Restore from :meth:`state_dict` (``labels_`` is not restored: it is local)."""
+        self._check_state(state)
         name = type(self).__name__
         if "cluster_centers" in state:
             centers = np.array(state["cluster_centers"])

@@ -348,7 +348,9 @@ def test_train_epoch_state_dict_and_parameters():
     model.set_parameters(vector)
     with all_ranks():
         np.testing.assert_array_equal(model.get_parameters(), vector)
-        with pytest.raises(ValueError, match="got 3 values"):
+        with pytest.raises(ValueError, match=rf"the vector of 3 values is not a forest's from "
+                                             rf"get_parameters\(\) .*; this model's has "
+                                             rf"{vector.size}$"):
             model.set_parameters(np.zeros(3))
 
 

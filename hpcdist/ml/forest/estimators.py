@@ -322,7 +322,10 @@ class _BaseForest(DistributedEstimator):
         try:
             forest = Forest.from_vector(vector)
         except ValueError as error:
-            raise InvalidArgumentError(f"{self._name()}.set_parameters: {error}") from None
+            raise InvalidArgumentError(
+                f"{self._name()}.set_parameters: the vector of {vector.size} values is not a "
+                f"forest's from get_parameters() (read as one, {error}); this model's has "
+                f"{self.get_parameters().size}") from None
         if forest.n_values != self._n_values():
             raise InvalidArgumentError(f"{self._name()}.set_parameters: the vector's nodes hold "
                                        f"{forest.n_values} values, this model's {self._n_values()}")

@@ -22,6 +22,7 @@ from ..comm import allreduce, resolve_context
 from ..comm.agreement import agree_config
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from .averaging import checked_int
+from .errors import DivergenceError
 
 __all__ = ["AdaptiveBatchSize"]
 
@@ -96,6 +97,10 @@ class AdaptiveBatchSize:
                          fix="create AdaptiveBatchSize with the same arguments on every rank")
             self._agreed = True
         grads = [grads] if hasattr(grads, "shape") else list(grads)
+        if not grads or not all(hasattr(g, "shape") and hasattr(g, "dtype") for g in grads):
+            raise InvalidArgumentTypeError(
+                "AdaptiveBatchSize.update: grads should be an array or a non-empty sequence "
+                "of arrays, e.g. [p.grad for p in model.parameters()]")
         rows = self.local_batch() if local_batch is None else checked_int(
             "AdaptiveBatchSize.update", "local_batch", local_batch, 0)
         xp = array_module(grads[0])
@@ -114,6 +119,9 @@ class AdaptiveBatchSize:
         total = float(buffer[-1])
         if total <= 0:
             return self.batch_size
+        if not math.isfinite(float(buffer[-2])):  # the same sum on every rank: all raise
+            raise DivergenceError("AdaptiveBatchSize.update: the gradients hold NaN or "
+                                  "infinity; lower the learning rate or check the loss")
         mean = buffer[:-2] / total
         if average:
             offset = 0

@@ -14,6 +14,7 @@ ranks' row counts. ``proximal_mu > 0`` adds FedProx's proximal term
 import numpy as np
 
 from ..comm import allreduce
+from ..comm.checks import validated_on_every_rank
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from .averaging import ModelAveraging, checked_int
 
@@ -99,9 +100,14 @@ class FederatedAveraging(ModelAveraging):
             they have no rows).
         """
         self._start("round")
-        if len(X_local) != len(y_local):
-            raise InvalidArgumentError(f"FederatedAveraging.round: X_local has {len(X_local)} "
-                                       f"rows but y_local has {len(y_local)}")
+        with validated_on_every_rank(self.ctx):
+            if len(X_local) != len(y_local):
+                raise InvalidArgumentError(f"FederatedAveraging.round: X_local has "
+                                           f"{len(X_local)} rows but y_local has {len(y_local)}")
+            if not callable(loss_fn):
+                raise InvalidArgumentTypeError(
+                    f"FederatedAveraging.round: loss_fn={loss_fn!r} should be a callable "
+                    "loss(output, y), e.g. hpcdist.nn.CrossEntropyLoss()")
         sampled = self.ctx.rank in self.sampled_ranks()
         count = len(X_local) if sampled else 0
         loss_sum = loss_rows = 0.0

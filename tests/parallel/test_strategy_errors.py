@@ -175,6 +175,19 @@ test_nan_after_an_average_names_the_strategy_and_step_mpi = mpi_twin(
 
 
 @pytest.mark.mpi(min_size=2)
+def test_a_bad_federated_round_raises_on_every_rank(ctx):
+    model, optimizer = model_and_optimizer()
+    fed = FederatedAveraging(model, optimizer, ctx=ctx)
+    X, y = step_data(1)
+    last = ctx.rank == ctx.size - 1
+    expect_error(hpcdist.InvalidArgumentError, fed.round, X, y[:-1] if last else y,
+                 make_loss("hpcdist.nn"), match=r"X_local has \d+ rows but y_local has")
+    expect_error(hpcdist.InvalidArgumentTypeError, fed.round, X, y,
+                 "mse" if last else make_loss("hpcdist.nn"),
+                 match=r"loss_fn='mse' should be a callable loss\(output, y\)")
+
+
+@pytest.mark.mpi(min_size=2)
 def test_nan_in_federated_round_and_finalize(ctx):
     model, optimizer = model_and_optimizer()
     fed = FederatedAveraging(model, optimizer, ctx=ctx)

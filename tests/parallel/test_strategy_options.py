@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hpcdist
-from hpcdist.parallel import AdaptiveBatchSize, FederatedAveraging, LocalSGD
+from hpcdist.parallel import AdaptiveBatchSize, DivergenceError, FederatedAveraging, LocalSGD
 from tests.helpers import all_ranks, check_array, expect_error, mpi_twin
 from tests.parallel._strategies import (
     backward,
@@ -117,6 +117,12 @@ def test_one_rank_keeps_its_batch_and_bad_arguments(ctx):
                  match=r"max_batch=8 should be >= 16 \(at least min_batch=16\)")
     expect_error(error, AdaptiveBatchSize, 8, 16, variance_threshold=0.0, ctx=ctx,
                  match=r"variance_threshold=0.0 should be a finite number > 0")
+    for grads in ("x", []):
+        expect_error(hpcdist.InvalidArgumentTypeError, AdaptiveBatchSize(4, 64, ctx=ctx).update,
+                     grads, match=r"grads should be an array or a non-empty sequence of arrays")
+    nan_on_last = np.full(3, np.nan if ctx.rank == ctx.size - 1 else 1.0)
+    expect_error(DivergenceError, AdaptiveBatchSize(4, 64, ctx=ctx).update, nan_on_last,
+                 match=r"AdaptiveBatchSize.update: the gradients hold NaN or infinity")
 
 
 test_one_rank_keeps_its_batch_and_bad_arguments_mpi = mpi_twin(

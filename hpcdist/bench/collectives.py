@@ -115,6 +115,7 @@ from .common import (
     init_gloo,
     load_average,
     machine_info,
+    positive_float,
     pyplot,
     write_report,
 )
@@ -340,7 +341,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--repetitions", type=int,
         help=f"timed repetitions per size (default {DEFAULT_REPETITIONS})")
     parser.add_argument(
-        "--batch-ms", type=float,
+        "--batch-ms", type=positive_float,
         help=f"target duration of one timed batch (default {DEFAULT_BATCH_MS:g} ms)")
     parser.add_argument(
         "--operations", type=_operation_list, default=list(OPERATIONS),
@@ -355,8 +356,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.repetitions is not None and args.repetitions < 1:
         parser.error(f"--repetitions={args.repetitions} should be >= 1")
-    if args.batch_ms is not None and args.batch_ms <= 0:
-        parser.error(f"--batch-ms={args.batch_ms} should be > 0")
     if args.sizes is None:
         args.sizes = list(QUICK_SIZES if args.quick else DEFAULT_SIZES)
     if args.batch_ms is None:

@@ -20,16 +20,16 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_info
 
-from ..cli.arguments import RankZeroArgumentParser
+from ..cli.arguments import RankZeroArgumentParser, finite_float, unwritable_directory
 from ..comm.mpi import MPI
 from ..launch.environment import under_mpi_launcher
 from ..launch.launchers import find_mpiexec
 
-__all__ = ["KIB", "MIB", "benchmark_parser", "format_size", "package_version", "load_average",
-           "machine_info", "median_seconds", "blas_threads", "init_gloo", "pyplot", "write_report",
-           "rank_counts", "add_job_options", "launch_jobs", "run_per_rank_count", "finish_report",
-           "merged_report",
-           "fill_sizes", "idle_until_all_arrive", "resident_peak"]
+__all__ = ["KIB", "MIB", "benchmark_parser", "output_directory", "file_stem", "positive_float",
+           "format_size", "package_version", "load_average", "machine_info", "median_seconds",
+           "blas_threads", "init_gloo", "pyplot", "write_report", "rank_counts",
+           "add_job_options", "launch_jobs", "run_per_rank_count", "finish_report",
+           "merged_report", "fill_sizes", "idle_until_all_arrive", "resident_peak"]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -59,11 +59,34 @@ def benchmark_parser(name, description, *, quick, plot=True):
     parser.add_argument("--no-plot", action="store_true",
                         help="do not write the PNG plot" if plot else
                         "do not write a plot (this benchmark writes none)")
-    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks") / "results",
+    # checked at parse time (defaults too), so that no measured result is lost at the end
+    parser.add_argument("--output-dir", type=output_directory, default="benchmarks/results",
                         help="where NAME.json (and NAME.png) go (default: ./benchmarks/results)")
-    parser.add_argument("--name", default=name,
+    parser.add_argument("--name", type=file_stem, default=name,
                         help=f"file name stem of the outputs (default: {name})")
     return parser
+
+
+def output_directory(text):
+    """An argparse type: a directory the report can be written to (created at the end
+    when missing), as a :class:`~pathlib.Path`."""
+    problem = unwritable_directory(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{text!r}: {problem}; name a directory you can "
+                                         "write to")
+    return Path(text)
+
+
+def file_stem(text):
+    """An argparse type: a plain file name stem, without a directory (``--name``)."""
+    if text in ("", ".", "..") or "/" in text or os.sep in text or "\0" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} should be a plain file name stem such "
+                                         "as 'trial'; put the directory in --output-dir")
+    return text
+
+
+#: an argparse type: a finite number > 0 (``--batch-ms``)
+positive_float = finite_float(0, strict=True)
 
 
 def format_size(size):

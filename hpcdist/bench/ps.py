@@ -66,6 +66,7 @@ from .common import (
     init_torch_rpc,
     load_average,
     machine_info,
+    positive_float,
     write_report,
 )
 
@@ -111,7 +112,7 @@ def _parse_args(argv):
                         help="comma list of array bytes, K and M for KiB and MiB, multiples "
                              "of 8 (default: 8 B, 512 B, 8 KiB, 64 KiB ... 64 MiB)")
     parser.add_argument("--repetitions", type=int, help=f"default {DEFAULT_REPETITIONS}")
-    parser.add_argument("--batch-ms", type=float, help=f"default {DEFAULT_BATCH_MS:g}")
+    parser.add_argument("--batch-ms", type=positive_float, help=f"default {DEFAULT_BATCH_MS:g}")
     parser.add_argument("--no-futures", action="store_true",
                         help="leave the mpi4py.futures baseline out")
     parser.add_argument("--no-torch", action="store_true",
@@ -119,8 +120,6 @@ def _parse_args(argv):
     args = parser.parse_args(argv)
     if args.repetitions is not None and args.repetitions < 1:
         parser.error(f"--repetitions={args.repetitions} should be >= 1")
-    if args.batch_ms is not None and args.batch_ms <= 0:
-        parser.error(f"--batch-ms={args.batch_ms} should be > 0")
     quick = args.quick
     args.sizes = args.sizes or list(QUICK_SIZES if quick else DEFAULT_SIZES)
     args.repetitions = args.repetitions or (QUICK_REPETITIONS if quick else DEFAULT_REPETITIONS)

@@ -10,11 +10,14 @@ same path.
 """
 
 import argparse
+import math
+import os
 import time
 
 from ..launch.environment import rank_layout
 
-__all__ = ["RankZeroArgumentParser", "prints_for_the_job"]
+__all__ = ["RankZeroArgumentParser", "finite_float", "prints_for_the_job",
+           "unwritable_directory"]
 
 #: how long a silent rank waits before exiting after a usage error: Open MPI's mpiexec
 #: ends the whole job when the first rank exits non-zero, which could be before rank 0
@@ -26,6 +29,64 @@ def prints_for_the_job():
     """Whether this process speaks for its job: rank 0, or a process outside any launcher."""
     rank = rank_layout()[0]
     return rank is None or rank == 0
+
+
+def finite_float(low, *, strict=False, unit=""):
+    """An argparse type: a finite number ``>= low`` (``> low`` when ``strict``).
+
+    Parameters
+    ----------
+    low : float
+    strict : bool, default=False
+    unit : str, default=""
+        Named in the message, e.g. ``"seconds"``.
+
+    Returns
+    -------
+    callable
+        ``parse(text) -> float``; raises ``argparse.ArgumentTypeError`` naming
+        the text (nan and inf are refused).
+    """
+    bound = f"{'>' if strict else '>='} {low:g}"
+    what = f"a finite number of {unit}" if unit else "a finite number"
+
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and (value > low if strict else value >= low)):
+            raise argparse.ArgumentTypeError(f"{text!r} should be {what} {bound}")
+        return value
+
+    return parse
+
+
+def unwritable_directory(path):
+    """Why files cannot be written in the directory ``path``, or None when they can.
+
+    ``path`` may be missing: it can be created (with its parents) when its
+    nearest existing ancestor is a writable directory. Checked before any
+    work, so that a run does not end by losing its output.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    str or None
+        What is wrong, naming the path at fault.
+    """
+    path = os.path.abspath(path)
+    existing = path
+    while not os.path.exists(existing):  # the root always exists
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing} is a file, not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
 
 
 class RankZeroArgumentParser(argparse.ArgumentParser):

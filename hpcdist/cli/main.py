@@ -15,7 +15,7 @@ from .._version import __version__
 from ..launch.environment import under_mpi_launcher
 from ..launch.launchers import find_mpiexec
 from ..launch.runner import run_job
-from .arguments import RankZeroArgumentParser
+from .arguments import RankZeroArgumentParser, finite_float
 from .train_options import add_train_parser, check_train_arguments
 
 __all__ = ["main", "build_parser"]
@@ -66,7 +66,7 @@ def build_parser():
                      help="restarts allowed after failures")
     run.add_argument("--launcher", choices=("auto", "mpiexec", "srun"), default="auto",
                      help="auto: srun inside a SLURM allocation, else mpiexec")
-    run.add_argument("--backoff", type=float, default=1.0,
+    run.add_argument("--backoff", type=finite_float(0, unit="seconds"), default=1.0,
                      help="seconds before the first restart; doubles each time (max 30)")
     run.add_argument("--launcher-args", default="",
                      help="extra launcher options, e.g. '--oversubscribe' for Open MPI")

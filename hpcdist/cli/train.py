@@ -13,24 +13,29 @@ from sklearn import cluster, ensemble, neural_network
 
 from ..checkpoint import CheckpointManager
 from ..comm import allgather, allreduce, gather, init
-from ..comm.checks import raised_on_every_rank
+from ..comm.checks import mark_raised_on_every_rank, raised_on_every_rank
 from ..data import load_digits, load_hdf5, make_blobs, make_classification
+from ..exceptions import HpcdistError, InvalidArgumentError
 from ..ml import KMeans, MLPClassifier, MLPRegressor, RandomForestClassifier, RandomForestRegressor
+from .train_options import classification_shape
 
 __all__ = ["FACTORIES", "run_train"]
 
 _HELD_OUT_EVERY = 5  # global rows with index % 5 == 4 are the test set
 
 
-def _is_classification(args, y):
+def _is_classification(args, y, ctx):
+    """``--task``, where ``auto`` means: integer labels, or floats that are whole
+    numbers on every rank."""
     if args.task != "auto":
         return args.task == "classification"
-    return y is not None and (y.dtype.kind in "iub" or
-                              bool(np.all(np.asarray(y) == np.round(y))))
+    if y is None or y.dtype.kind in "iub":
+        return y is not None
+    return bool(allreduce(int(np.all(y == np.round(y))), op="min", ctx=ctx))
 
 
 def _make_mlp(args, y, ctx):
-    cls = MLPClassifier if _is_classification(args, y) else MLPRegressor
+    cls = MLPClassifier if _is_classification(args, y, ctx) else MLPRegressor
     return cls(args.hidden_layer_sizes, activation=args.activation, solver=args.solver,
                learning_rate_init=args.learning_rate_init, batch_size=args.batch_size,
                max_iter=args.max_iter, random_state=args.random_state, comm=ctx,
@@ -38,14 +43,13 @@ def _make_mlp(args, y, ctx):
 
 
 def _make_kmeans(args, y, ctx):
-    n_init = args.n_init if args.n_init == "auto" else int(args.n_init)
-    return KMeans(args.n_clusters, init=args.init, n_init=n_init, max_iter=args.max_iter,
+    return KMeans(args.n_clusters, init=args.init, n_init=args.n_init, max_iter=args.max_iter,
                   tol=args.tol, random_state=args.random_state, comm=ctx,
                   verbose=int(not args.quiet))
 
 
 def _make_forest(args, y, ctx):
-    cls = RandomForestClassifier if _is_classification(args, y) else RandomForestRegressor
+    cls = RandomForestClassifier if _is_classification(args, y, ctx) else RandomForestRegressor
     return cls(args.n_estimators, max_depth=args.max_depth, max_features=args.max_features,
                min_samples_leaf=args.min_samples_leaf, max_bins=args.max_bins,
                random_state=args.random_state, comm=ctx, verbose=int(not args.quiet))
@@ -90,11 +94,26 @@ def _held_out_split(X, y, ctx):
     return X[~test], y_train, X[test], y_test
 
 
+def _check_targets(args, X, y, ctx):
+    """``--y``: numbers, one per row of ``--x`` (the same verdict on every rank)."""
+    if y.dtype.kind not in "biuf":  # the file's dtype: the same on every rank
+        raise mark_raised_on_every_rank(InvalidArgumentError(
+            f"--y {args.y}: the targets in {args.data} have dtype {y.dtype}, not numbers; "
+            "store class labels as integers 0..k-1"))
+    rows, targets = allreduce(np.array([len(X), len(y)]), ctx=ctx)
+    if rows != targets:
+        raise mark_raised_on_every_rank(InvalidArgumentError(
+            f"--y {args.y} has {targets} row(s) but --x {args.x} has {rows} in {args.data}; "
+            "pass datasets with one target per row"))
+
+
 def load_data(args, ctx):
     """This rank's train and test rows as ``(X, y, X_test, y_test)``."""
     if args.data:
         X = load_hdf5(args.data, args.x, ctx=ctx)
         y = load_hdf5(args.data, args.y, ctx=ctx) if args.y else None
+        if y is not None:
+            _check_targets(args, X, y, ctx)
         return _held_out_split(X, y, ctx)
     if args.dataset == "digits":
         X, y = load_digits(ctx, split="train", random_state=args.random_state)
@@ -102,11 +121,12 @@ def load_data(args, ctx):
         return X, y, X_test, y_test
     if args.dataset == "blobs":
         X, y = make_blobs(args.n_samples, args.n_features, args.n_classes,
-                               random_state=args.random_state, ctx=ctx)
+                          random_state=args.random_state, ctx=ctx)
     else:
+        n_informative, n_redundant = classification_shape(args.n_features, args.n_classes)
         X, y = make_classification(args.n_samples, args.n_features, args.n_classes,
-                                        n_informative=max(2, args.n_features // 2),
-                                        random_state=args.random_state, ctx=ctx)
+                                   n_informative=n_informative, n_redundant=n_redundant,
+                                   random_state=args.random_state, ctx=ctx)
     return _held_out_split(X, y, ctx)
 
 
@@ -158,7 +178,9 @@ def run_train(args):
     try:
         return _train_and_report(args, ctx)
     except Exception as error:
-        if not raised_on_every_rank(error):
+        # an hpcdist error in a one-rank job is raised on every rank too
+        alone = ctx.size == 1 and isinstance(error, HpcdistError)
+        if not (alone or raised_on_every_rank(error)):
             raise  # a bug, or a failure on some ranks only: the traceback, and the job aborts
         # a user mistake that every rank raised (bad data, hyper-parameters, settings that
         # differ): one line from rank 0, exit status 2 everywhere, no traceback
@@ -168,9 +190,20 @@ def run_train(args):
         return 2
 
 
+def _check_batch_size(args, X, ctx):
+    """An MLP's ``--batch-size`` fits in the training rows of all ranks together."""
+    rows = int(allreduce(len(X), ctx=ctx))
+    if args.batch_size > rows:
+        raise mark_raised_on_every_rank(InvalidArgumentError(
+            f"--batch-size {args.batch_size} is more than the {rows} training row(s) of all "
+            "ranks; lower --batch-size" + ("" if args.data else " or raise --n-samples")))
+
+
 def _train_and_report(args, ctx):
     name = args.model
     X, y, X_test, y_test = load_data(args, ctx)
+    if name == "mlp":
+        _check_batch_size(args, X, ctx)
     estimator = FACTORIES[name](args, y, ctx)
     checkpoint = None
     if args.checkpoint_dir:

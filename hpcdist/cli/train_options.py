@@ -5,7 +5,9 @@ time; :mod:`hpcdist.cli.train` runs the training."""
 import argparse
 import os
 
-__all__ = ["MODELS", "add_train_parser", "check_train_arguments"]
+from .arguments import unwritable_directory
+
+__all__ = ["MODELS", "add_train_parser", "check_train_arguments", "classification_shape"]
 
 #: what ``hpcdist train --help`` says about the command
 DESCRIPTION = """Run it under ``mpiexec``/``srun`` or ``hpcdist run`` (or give ``-n N`` and it
@@ -26,14 +28,43 @@ def _hidden_sizes(text):
     return sizes
 
 
-def _max_depth(text):
-    return None if text.lower() == "none" else int(text)
+def _int_or_word(word, value):
+    """An argparse type: an integer >= 1, or ``word`` (any case), which gives ``value``."""
+    def parse(text):
+        if text.lower() == word:
+            return value
+        try:
+            number = int(text)
+        except ValueError:
+            number = 0
+        if number < 1:
+            raise argparse.ArgumentTypeError(f"{text!r} should be an integer >= 1 or {word!r}")
+        return number
+
+    return parse
 
 
 def _max_features(text):
+    """``--max-features``: sqrt, log2, a count >= 1 or a fraction in (0, 1]."""
     if text in ("sqrt", "log2"):
         return text
-    return float(text) if "." in text else int(text)
+    try:
+        value = float(text) if "." in text else int(text)
+    except ValueError:
+        value = 0
+    if not (0 < value <= 1 if isinstance(value, float) else value >= 1):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} should be sqrt, log2, an integer >= 1 or a fraction in (0, 1]")
+    return value
+
+
+def classification_shape(n_features, n_classes):
+    """``(n_informative, n_redundant)`` of ``--dataset classification``: half the
+    features informative (at least 2, and enough for ``n_classes`` distinct
+    hypercube vertices), up to 2 redundant; ``n_informative`` may exceed
+    ``n_features``, which :func:`check_train_arguments` reports."""
+    n_informative = max(2, n_features // 2, (n_classes - 1).bit_length())
+    return n_informative, max(0, min(2, n_features - n_informative))
 
 
 def _mlp_options(parser):
@@ -52,14 +83,16 @@ def _kmeans_options(parser):
     parser.add_argument("--n-clusters", type=int, default=8)
     parser.add_argument("--init", choices=("k-means++", "k-means||", "random"),
                         default="k-means++")
-    parser.add_argument("--n-init", default="auto", help="runs with different seeds, or auto")
+    parser.add_argument("--n-init", type=_int_or_word("auto", "auto"), default="auto",
+                        help="runs with different seeds, or auto")
     parser.add_argument("--max-iter", type=int, default=300)
     parser.add_argument("--tol", type=float, default=1e-4)
 
 
 def _forest_options(parser):
     parser.add_argument("--n-estimators", type=int, default=100)
-    parser.add_argument("--max-depth", type=_max_depth, default=None, help="int or none")
+    parser.add_argument("--max-depth", type=_int_or_word("none", None), default=None,
+                        help="int or none")
     parser.add_argument("--max-features", type=_max_features, default="sqrt",
                         help="sqrt, log2, a count or a fraction")
     parser.add_argument("--min-samples-leaf", type=int, default=1)
@@ -125,11 +158,22 @@ def check_train_arguments(args):
         parser.error("--data needs --x NAME (the features dataset)")
     if args.data and not args.y and args.model != "kmeans":
         parser.error("needs targets: pass --y NAME with --data")
+    if (args.x or args.y) and not args.data:
+        parser.error(f"{'--x' if args.x else '--y'} names a dataset of --data FILE.h5; "
+                     "pass --data too (or leave --x and --y out to use --dataset)")
     for option, value in (("--n-samples", args.n_samples), ("--n-features", args.n_features),
                           ("--n-classes", args.n_classes),
                           ("--checkpoint-every", args.checkpoint_every)):
         if value < 1:
             parser.error(f"{option} {value} should be >= 1")
+    if not 0 <= args.random_state < 2 ** 32:
+        parser.error(f"--random-state {args.random_state} should be in [0, 2**32 - 1]")
+    if not args.data:
+        _check_generated_data(parser, args)
+    problem = args.checkpoint_dir and unwritable_directory(args.checkpoint_dir)
+    if problem:
+        parser.error(f"--checkpoint-dir {args.checkpoint_dir}: {problem}; name a directory "
+                     "you can write to")
     if args.output:
         folder = os.path.dirname(os.path.abspath(args.output))
         if os.path.isdir(args.output) or not os.path.isdir(folder):
@@ -138,3 +182,17 @@ def check_train_arguments(args):
                             else f"no directory {folder}; create it first"))
         if not os.access(folder, os.W_OK):
             parser.error(f"--output {args.output}: {folder} is not writable")
+
+
+def _check_generated_data(parser, args):
+    """The flags of a built-in data set that its generator or the estimator would refuse."""
+    classifier = args.model != "kmeans" and args.task != "regression"
+    if args.n_classes < 2 and (args.dataset == "classification"
+                               or (args.dataset == "blobs" and classifier)):
+        parser.error(f"--n-classes {args.n_classes} should be >= 2 for --dataset "
+                     f"{args.dataset}" + (" (or pass --task regression)" if classifier else ""))
+    n_informative = classification_shape(args.n_features, args.n_classes)[0]
+    if args.dataset == "classification" and n_informative > args.n_features:
+        parser.error(f"--n-features {args.n_features} is too few for --dataset classification "
+                     f"with --n-classes {args.n_classes}: raise --n-features to "
+                     f"{n_informative} or more")

@@ -10,6 +10,7 @@ received the signal, in which case it exits with 75 so that a batch script
 can requeue the job.
 """
 
+import math
 import os
 import shutil
 import signal
@@ -145,7 +146,8 @@ def run_job(command, n, *, launcher="auto", max_restarts=0, backoff=1.0, max_bac
     max_restarts : int
         Restarts allowed after failures (exit code 75 does not count).
     backoff, max_backoff : float
-        Seconds to wait before restart k: ``min(backoff * 2**(k-1), max_backoff)``.
+        Seconds to wait before restart k: ``min(backoff * 2**(k-1), max_backoff)``;
+        finite and >= 0.
     launcher_args : sequence of str
     log : file, optional
         Where progress and the summary go (default: standard error).
@@ -157,6 +159,9 @@ def run_job(command, n, *, launcher="auto", max_restarts=0, backoff=1.0, max_bac
     log = sys.stderr if log is None else log
     if max_restarts < 0:
         raise InvalidArgumentError(f"hpcdist run: --max-restarts {max_restarts} should be >= 0")
+    if not (0 <= backoff < math.inf and 0 <= max_backoff < math.inf):
+        raise InvalidArgumentError(f"hpcdist run: --backoff {backoff} (max_backoff={max_backoff}) "
+                                   "should be a finite number of seconds >= 0")
     argv = build_command(command, n, launcher, launcher_args=launcher_args)
     attempts, failures = [], 0
     started = time.perf_counter()

@@ -120,13 +120,13 @@ class _BaseMLP(DistributedEstimator):
                                 n_features=self.n_features_in_ if fitted else None)
         batch_shares = balanced_counts(int(self.batch_size), ctx.size)
         short = [r for r, (n, b) in enumerate(zip(data.counts, batch_shares)) if n < b]
-        if short:
+        if short:  # the counts are every rank's: all raise
             r = short[0]
-            raise InvalidArgumentError(
+            raise mark_raised_on_every_rank(InvalidArgumentError(
                 f"{name}: {format_ranks(short)} got {data.counts[r]} sample(s) (n_samples="
                 f"{data.n_global} over all ranks), fewer than its share {batch_shares[r]} of "
                 f"batch_size={self.batch_size} over {ctx.size} ranks; lower batch_size or "
-                "give every rank more rows")
+                "give every rank more rows"))
         return data, batch_shares
 
     # -- model ------------------------------------------------------------------------
@@ -523,10 +523,10 @@ class MLPClassifier(DistributedClassifierMixin, _BaseMLP):
             agree(ctx, "MLPClassifier.partial_fit", f"classes={classes.tolist()}")
         if first_call:
             self.classes_ = data.classes() if classes is None else classes
-            if len(self.classes_) < 2:
-                raise InvalidArgumentError(
+            if len(self.classes_) < 2:  # the classes of all ranks: all raise
+                raise mark_raised_on_every_rank(InvalidArgumentError(
                     f"MLPClassifier.fit: all ranks together have only the "
-                    f"label(s) {self.classes_.tolist()}; need at least 2 classes")
+                    f"label(s) {self.classes_.tolist()}; need at least 2 classes"))
         elif classes is not None and not np.array_equal(classes, self.classes_):
             raise InvalidArgumentError(
                 f"MLPClassifier.partial_fit: classes={classes.tolist()} is not "

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import h5py
+import numpy as np
 import pytest
 
 from hpcdist.cli.summary import main as summary_main
@@ -46,8 +47,25 @@ def test_mlp_regression_on_generated_data_with_sklearn_comparison(tmp_path):
     (["mlp", "--dataset", "imagenet"], "invalid choice: 'imagenet'"),
     (["mlp", "--hidden-layer-sizes", "64,x"], "comma-separated integers"),
     (["mlp", "-n", "0"], "-n 0 should be >= 1"),
+    (["kmeans", "--n-init", "abc"], "argument --n-init: 'abc' should be an integer >= 1 or 'auto'"),
+    (["forest", "--max-depth", "abc"],
+     "argument --max-depth: 'abc' should be an integer >= 1 or 'none'"),
+    (["forest", "--max-features", "1.5"],
+     "argument --max-features: '1.5' should be sqrt, log2, an integer >= 1 or a fraction"),
+    (["forest", "--max-features", "0"], "argument --max-features: '0' should be"),
+    (["kmeans", "--random-state", "-1"], "--random-state -1 should be in [0, 2**32 - 1]"),
+    (["mlp", "--dataset", "blobs", "--n-classes", "1"],
+     "--n-classes 1 should be >= 2 for --dataset blobs (or pass --task regression)"),
+    (["mlp", "--dataset", "classification", "--n-features", "1"],
+     "--n-features 1 is too few for --dataset classification with --n-classes 4: raise "
+     "--n-features to 2 or more"),
+    (["kmeans", "--x", "X"], "--x names a dataset of --data FILE.h5; pass --data too"),
+    (["kmeans", "--y", "y"], "--y names a dataset of --data FILE.h5; pass --data too"),
+    (["kmeans", "--checkpoint-dir", "a_file"], "a_file is a file, not a directory"),
+    (["kmeans", "--checkpoint-dir", "a_file/ck"], "a_file is a file, not a directory"),
 ])
 def test_bad_options_are_clear(tmp_path, args, message):
+    (tmp_path / "a_file").write_text("")
     done = _train(args, tmp_path)
     assert done.returncode == 2
     assert message in done.stderr and "usage: hpcdist" in done.stderr
@@ -72,6 +90,30 @@ def test_hdf5_data_each_rank_reads_its_rows_and_missing_names_are_clear(tmp_path
     assert missing_dataset.returncode == 2
     assert "no such dataset at 'Z'" in missing_dataset.stderr
     assert "'X', 'y'" in missing_dataset.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["forest", "--data", "data.h5", "--x", "X", "--y", "y_short", "--n-estimators", "2"],
+     "--y y_short has 20 row(s) but --x X has 40 in data.h5; pass datasets with one target"),
+    (["forest", "--data", "data.h5", "--x", "X", "--y", "names", "--n-estimators", "2"],
+     "--y names: the targets in data.h5 have dtype |S1, not numbers; store class labels"),
+    (["mlp", "--data", "data.h5", "--x", "X", "--y", "y", "--batch-size", "1000"],
+     "--batch-size 1000 is more than the 32 training row(s) of all ranks; lower --batch-size"),
+    (["forest", "--data", "data.h5", "--x", "X", "--y", "y", "--max-features", "9",
+      "--n-estimators", "2"],
+     "max_features=9 should be in [1, n_features=3]"),
+], ids=["rows", "dtype", "batch-size", "estimator"])
+def test_data_mistakes_are_one_line_without_traceback(tmp_path, args, message):
+    # one process: an estimator's own error is a usage error too (a one-rank job raises it
+    # on every rank); the 2-rank cases are in test_usage_errors.py
+    with h5py.File(tmp_path / "data.h5", "w") as handle:
+        handle["X"], handle["y"] = np.zeros((40, 3)), np.arange(40) % 2
+        handle["y_short"], handle["names"] = np.zeros(20), np.array([b"a", b"b"] * 20)
+    done = _train([*args, "--quiet"], tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"hpcdist train {args[0]}: "), done.stderr
+    assert message in lines[0]
 
 
 def test_help_documents_every_option_with_its_default(tmp_path):

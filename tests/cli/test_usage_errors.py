@@ -4,6 +4,8 @@ import re
 import subprocess
 import sys
 
+import h5py
+import numpy as np
 import pytest
 
 from tests.helpers import mpiexec_path, subprocess_env
@@ -64,9 +66,24 @@ def test_train_checks_its_arguments_before_any_work(tmp_path, argv, message):
      "hpcdist train kmeans: n_samples=16 should be >= n_clusters=50."),
     (["train", "forest", "--data", "text.h5", "--x", "X", "--y", "y"],
      "cannot be read as an HDF5 file"),
-], ids=["hyper-parameter", "too-few-rows", "not-hdf5"])
+    (["train", "forest", "--data", "data.h5", "--x", "X", "--y", "y_short"],
+     "hpcdist train forest: --y y_short has 20 row(s) but --x X has 40 in data.h5"),
+    (["train", "forest", "--data", "data.h5", "--x", "X", "--y", "names"],
+     "hpcdist train forest: --y names: the targets in data.h5 have dtype |S1, not numbers"),
+    (["train", "mlp", "--data", "data.h5", "--x", "X", "--y", "y", "--batch-size", "1000"],
+     "hpcdist train mlp: --batch-size 1000 is more than the 32 training row(s)"),
+    (["train", "forest", "--data", "data.h5", "--x", "X", "--y", "y", "--max-features", "50"],
+     "max_features=50 should be in [1, n_features=3]"),
+    (["train", "mlp", "--data", "data.h5", "--x", "X", "--y", "one_class", "--batch-size", "16"],
+     "MLPClassifier.fit: all ranks together have only the label(s) [0]"),
+], ids=["hyper-parameter", "too-few-rows", "not-hdf5", "target-rows", "target-dtype",
+        "batch-size", "max-features", "one-class"])
 def test_train_user_mistakes_are_one_line_without_traceback(tmp_path, argv, message):
     (tmp_path / "text.h5").write_text("not HDF5\n")
+    with h5py.File(tmp_path / "data.h5", "w") as handle:
+        handle["X"], handle["y"] = np.zeros((40, 3)), np.arange(40) % 2
+        handle["y_short"], handle["names"] = np.zeros(20), np.array([b"a", b"b"] * 20)
+        handle["one_class"] = np.zeros(40, dtype=np.int64)
     returncode, output = _at_two_ranks(argv, tmp_path)
     assert returncode == 2, output
     assert output.count(message) == 1, output

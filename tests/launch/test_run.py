@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from hpcdist import LauncherNotFoundError, _preemption
-from hpcdist.launch import EXIT_RESUME, Preempted, PreemptionHandler, build_command
+from hpcdist import InvalidArgumentError, LauncherNotFoundError, _preemption
+from hpcdist.launch import EXIT_RESUME, Preempted, PreemptionHandler, build_command, run_job
 from hpcdist.launch.rank_wrapper import describe_status
 from tests.helpers import subprocess_env
 
@@ -107,11 +107,20 @@ def test_signal_to_hpcdist_run_checkpoints_and_exits_75(tmp_path):
     (["-n", "2"], "no command given"),
     (["-n", "2", "--max-restarts", "-1", "--", "true"], "--max-restarts -1"),
     (["-n", "2", "--launcher", "pbs", "--", "true"], "invalid choice: 'pbs'"),
+    (["--backoff", "-5", "--", "true"], "--backoff: '-5' should be a finite number of seconds"),
+    (["--backoff", "nan", "--", "true"], "--backoff: 'nan' should be a finite number"),
+    (["--backoff", "inf", "--", "true"], "--backoff: 'inf' should be a finite number"),
 ])
 def test_bad_options_give_usage(tmp_path, args, message):
     done = _run(args, tmp_path)
     assert done.returncode == 2
     assert message in done.stderr and "usage: hpcdist" in done.stderr
+
+
+@pytest.mark.parametrize("backoff", [-1.0, float("nan"), float("inf")])
+def test_run_job_refuses_a_backoff_it_could_not_sleep_before_starting(backoff):
+    with pytest.raises(InvalidArgumentError, match=f"--backoff {backoff}"):
+        run_job(["true"], 1, backoff=backoff)
 
 
 def test_missing_program_is_reported_per_rank(tmp_path):

@@ -182,7 +182,10 @@ class _BaseForest(DistributedEstimator):
                 "least 1 sample"))
         if first:
             self.n_features_in_ = data.n_features
-            self._max_features = self._resolve_max_features(data.n_features)
+            try:  # the width and the parameters agree across ranks: so does the outcome
+                self._max_features = self._resolve_max_features(data.n_features)
+            except InvalidArgumentError as error:
+                raise mark_raised_on_every_rank(error) from None
             self._seed = np.uint64(shared_seed(self.random_state, ctx, np.iinfo(np.int64).max))
         global_index = global_row_index(data.counts, ctx.rank)
         if first:

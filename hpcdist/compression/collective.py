@@ -4,12 +4,31 @@ import numpy as np
 
 from ..comm import allgather, allreduce, resolve_context
 from ..comm.ops import check_op_for_dtype
-from ..exceptions import InvalidArgumentError
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from .base import finish, kernel_dtype
 
-__all__ = ["compressed_allreduce"]
+__all__ = ["compressed_allreduce", "checked_compression"]
 
 _OPS = ("mean", "sum")
+_COMPRESSOR_EXAMPLES = ("hpcdist.compression.FP16Compressor(), TopKCompressor(0.01), "
+                        "PowerSGDCompressor(rank=1) or ErrorFeedback(SignCompressor())")
+
+
+def checked_compression(owner, compression):
+    """``compression`` if it is None or a compressor that :func:`compressed_allreduce`
+    takes (``compress`` and ``decompress`` methods, ``collective`` ``"allreduce"`` or
+    ``"allgather"``); else an error from ``owner`` naming it and the fix."""
+    if compression is None:
+        return None
+    collective = getattr(compression, "collective", None)
+    if (collective in ("allreduce", "allgather")
+            and callable(getattr(compression, "compress", None))
+            and callable(getattr(compression, "decompress", None))):
+        return compression
+    raise InvalidArgumentTypeError(
+        f"{owner}: compression={compression!r} is not a compressor (it needs compress, "
+        f"decompress and collective 'allreduce' or 'allgather'; it has collective="
+        f"{collective!r}); pass None or a compressor object, e.g. {_COMPRESSOR_EXAMPLES}")
 
 
 def _parse_op(op):
@@ -118,11 +137,7 @@ def compressed_allreduce(x, compressor, *, name, op="mean", ctx=None):
     """
     ctx = resolve_context(ctx)
     op = _parse_op(op)
-    collective = getattr(compressor, "collective", None)
-    if collective not in ("allreduce", "allgather"):
-        raise InvalidArgumentError(
-            f"compressed_allreduce: compressor {compressor!r} has collective="
-            f"{collective!r}; expected 'allreduce' or 'allgather'")
+    collective = checked_compression("compressed_allreduce", compressor).collective
     check_op_for_dtype(op, np.dtype(x.dtype))  # the mean of integers: as hpcdist.allreduce
     payload, meta = compressor.compress(x, name)
     start = ctx._begin("compressed_allreduce")

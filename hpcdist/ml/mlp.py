@@ -23,10 +23,11 @@ from .._checks import is_integer
 from .._partition import balanced_counts
 from ..comm import allreduce
 from ..comm.checks import agree, format_ranks, mark_raised_on_every_rank, validated_on_every_rank
+from ..compression.collective import checked_compression
 from ..exceptions import InvalidArgumentError
 from ..nn.optim import SGD, Adam
 from ..parallel import DistributedDataParallel, TrainingStrategy
-from ..parallel._checks import checked_bucket_size, checked_compression
+from ..parallel._checks import checked_bucket_size
 from ._base import (
     DistributedClassifierMixin,
     DistributedEstimator,

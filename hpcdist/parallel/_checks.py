@@ -11,10 +11,7 @@ import numpy as np
 
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 
-__all__ = ["checked_bucket_size", "checked_compression"]
-
-_COMPRESSOR_EXAMPLES = ("hpcdist.compression.FP16Compressor(), TopKCompressor(0.01), "
-                        "PowerSGDCompressor(rank=1) or ErrorFeedback(SignCompressor())")
+__all__ = ["checked_bucket_size"]
 
 
 def checked_bucket_size(owner, value):
@@ -28,20 +25,3 @@ def checked_bucket_size(owner, value):
     if not value >= 0:  # NaN too
         raise InvalidArgumentError(f"{owner}: bucket_size_mb={value} should be >= 0 {fix}")
     return value
-
-
-def checked_compression(owner, compression):
-    """``compression`` if it is None or a compressor that
-    :func:`hpcdist.compression.compressed_allreduce` takes: ``compress`` and
-    ``decompress`` methods and ``collective`` ``"allreduce"`` or ``"allgather"``."""
-    if compression is None:
-        return None
-    collective = getattr(compression, "collective", None)
-    if (collective in ("allreduce", "allgather") and callable(getattr(compression, "compress",
-                                                                        None))
-            and callable(getattr(compression, "decompress", None))):
-        return compression
-    raise InvalidArgumentTypeError(
-        f"{owner}: compression={compression!r} is not a compressor (it needs compress, "
-        f"decompress and collective 'allreduce' or 'allgather'; it has collective="
-        f"{collective!r}); pass None or a compressor object, e.g. {_COMPRESSOR_EXAMPLES}")

@@ -28,9 +28,10 @@ from ..comm import allreduce, broadcast, broadcast_object, iallreduce, resolve_c
 from ..comm.agreement import agree_config, described_layouts
 from ..comm.background import CommunicationThread
 from ..compression import compressed_allreduce
+from ..compression.collective import checked_compression
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from ..nn.module import Module, array_module
-from ._checks import checked_bucket_size, checked_compression
+from ._checks import checked_bucket_size
 from .buckets import assign_buckets
 
 __all__ = ["DistributedDataParallel", "DDP"]

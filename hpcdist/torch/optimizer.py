@@ -20,6 +20,7 @@ from ..comm.agreement import agree_config, described_layouts
 from ..comm.background import CommunicationThread
 from ..comm.tensors import tensor_view
 from ..compression import compressed_allreduce
+from ..compression.collective import checked_compression
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, InvalidStateError
 
 __all__ = ["DistributedOptimizer"]
@@ -263,6 +264,7 @@ def DistributedOptimizer(optimizer, named_parameters, *, backward_passes_per_ste
     if not bucket_size_mb > 0:
         raise InvalidArgumentError(
             f"DistributedOptimizer: bucket_size_mb={bucket_size_mb!r} should be > 0")
+    compression = checked_compression("DistributedOptimizer", compression)
     named = [(name, p) for name, p in named_parameters if p.requires_grad]
     named_ids = {id(p) for _, p in named}
     missing = [p for group in optimizer.param_groups for p in group["params"]

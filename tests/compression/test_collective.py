@@ -198,6 +198,9 @@ def test_bad_op_and_name(ctx):
                  match=["'n'", r"\(2, 3\)", r"\(3, 2\)"])
     expect_error(TypeError, compressed_allreduce, np.ones(4, dtype=np.int32),
                  SignCompressor(), name="i", ctx=ctx, match="int32")
+    expect_error(TypeError, compressed_allreduce, np.ones(3), "fp16", name="s", ctx=ctx,
+                 match=r"compressed_allreduce: compression='fp16' is not a compressor .*"
+                       r"collective=None.*e\.g\. hpcdist\.compression\.FP16Compressor\(\)")
 
 
 # -- a context of one rank: no communication, the local round trip --------------------------

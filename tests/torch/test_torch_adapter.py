@@ -213,6 +213,9 @@ def test_bad_arguments_name_the_value():
         hvd.DistributedOptimizer(sgd, list(model.named_parameters())[:2])
     with pytest.raises(TypeError, match=r"not a torch.optim.Optimizer"):
         hvd.DistributedOptimizer(object(), model.named_parameters())
+    with pytest.raises(TypeError, match=r"DistributedOptimizer: compression='fp16' is not a "
+                                        r"compressor"):
+        hvd.DistributedOptimizer(sgd, model.named_parameters(), compression="fp16")
 
 
 @pytest.mark.mpi(min_size=2)

@@ -20,18 +20,19 @@ def row_weights(sample_weight, n_rows, where):
     caller in the error."""
     if sample_weight is None:
         return np.ones(n_rows)
+    fix = f"pass one finite weight >= 0 for each of this rank's {n_rows} row(s)"
+    if n_rows == 0:  # no rows here: scikit-learn's check wants at least one
+        weights = np.asarray(sample_weight, dtype=np.float64)
+        if weights.shape != (0,):
+            raise InvalidArgumentError(f"{where}: sample_weight of shape {weights.shape} is "
+                                       f"not usable; {fix}")
+        return weights
     try:
-        if n_rows == 0:  # no rows here: scikit-learn's check wants at least one
-            weights = np.asarray(sample_weight, dtype=np.float64)
-            if weights.shape != (0,):
-                raise ValueError(f"sample_weight.shape == {weights.shape}, expected (0,)!")
-            return weights
         return _check_sample_weight(sample_weight, np.empty((n_rows, 0)), dtype=np.float64,
                                     ensure_non_negative=True, allow_all_zero_weights=True)
     except (TypeError, ValueError) as error:
-        raise InvalidArgumentError(
-            f"{where}: sample_weight is not usable ({error}); pass one finite weight >= 0 "
-            f"for each of this rank's {n_rows} row(s)") from None
+        raise InvalidArgumentError(f"{where}: sample_weight is not usable ({error}); {fix}"
+                                   ) from None
 
 
 def one_target_per_row(y, predicted):

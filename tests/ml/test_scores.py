@@ -112,3 +112,10 @@ def test_targets_of_the_wrong_length_raise(name):
     model, X, y, _, _ = _fitted(name)
     expect_error(ValueError, model.score, X, y[:5],
                  match=r"inconsistent numbers of samples: \[\d+, 5\]")
+
+
+def test_weights_for_a_rank_without_rows_must_be_empty():
+    model, X, y, _, _ = _fitted("forest_regressor")
+    expect_error(hpcdist.InvalidArgumentError, model.score, X[:0], y[:0], sample_weight=[1.0],
+                 match=r"RandomForestRegressor.score: sample_weight of shape \(1,\) is not "
+                       r"usable; pass one finite weight >= 0 for each of this rank's 0 row")

@@ -12,6 +12,7 @@ changes, so whoever holds a reference to it (data parallelism, checkpoints,
 mixed precision) keeps seeing the current values.
 """
 
+import math
 import numbers
 
 import numpy as np
@@ -24,7 +25,7 @@ __all__ = ["Optimizer", "check_nonnegative"]
 
 
 def check_nonnegative(owner, name, value, where=""):
-    """Return ``value`` as a float, or raise when it is not a number >= 0.
+    """Return ``value`` as a float, or raise when it is not a finite number >= 0.
 
     Parameters
     ----------
@@ -38,8 +39,9 @@ def check_nonnegative(owner, name, value, where=""):
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidArgumentTypeError(f"{owner}: {name}={value!r}{where} should be a real number")
-    if not value >= 0:  # also catches NaN
-        raise InvalidArgumentError(f"{owner}: {name}={value!r}{where} should be >= 0")
+    if not 0 <= value < math.inf:  # also catches NaN
+        raise InvalidArgumentError(f"{owner}: {name}={value!r}{where} should be a finite "
+                                   "number >= 0")
     return float(value)
 
 

@@ -110,8 +110,8 @@ def _run_bench(parser, args):
     if args.name in SELF_LAUNCHING and not under_mpi_launcher():
         ranks = ",".join(str(n) for n in sorted({1, args.ranks}))
         return importlib.import_module(module).main(["--ranks", ranks, *args.options])
-    if under_mpi_launcher() or args.ranks == 1:
-        return importlib.import_module(module).main(args.options)
+    if under_mpi_launcher() or args.ranks == 1 or {"-h", "--help"} & set(args.options):
+        return importlib.import_module(module).main(args.options)  # help: no job to start
     command = [find_mpiexec(), "-n", str(args.ranks), sys.executable, "-m", module, *args.options]
     print("+ " + " ".join(command), flush=True)
     return subprocess.call(command, env=os.environ.copy())

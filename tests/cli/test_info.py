@@ -43,6 +43,14 @@ def test_help_documents_every_command():
     assert "collectives" in completed.stdout
 
 
+def test_a_benchmarks_help_starts_no_mpi_job():
+    for name in ("collectives", "compression", "ps", "mlp"):
+        completed = _run([HPCDIST, "bench", name, "--help"])
+        assert completed.returncode == 0, completed.stderr
+        assert "usage:" in completed.stdout and "mpiexec" not in completed.stdout.split("\n")[0]
+        assert "+ " not in completed.stdout, completed.stdout  # the line of a started job
+
+
 def test_unknown_benchmark_is_a_clear_error():
     completed = _run([HPCDIST, "bench", "nosuchbench"])
     assert completed.returncode == 2

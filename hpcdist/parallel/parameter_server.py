@@ -24,6 +24,7 @@ The loop (API.md section 10), the same in every mode::
 """
 
 import itertools
+import math
 import numbers
 import os
 import zlib
@@ -36,6 +37,7 @@ from ..comm.agreement import agree_config
 from ..comm.watchdog import stall_timeout_from_env
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, InvalidStateError
 from ..rpc import init_rpc, is_initialized, rpc_async, shutdown, wait_all
+from .errors import DivergenceError
 from .ps_shard import Shard
 
 __all__ = ["ParameterServer", "MODES", "SLICE_THRESHOLD"]
@@ -206,6 +208,9 @@ class ParameterServer:
                 f"ParameterServer.{where}({name!r}): grad has shape {grad.shape}, "
                 f"the parameters {shape}")
         flat = np.ascontiguousarray(grad, dtype=dtype).reshape(-1)
+        if not np.isfinite(flat).all():  # before it reaches the parameters of every worker
+            raise DivergenceError(f"ParameterServer.{where}({name!r}): the gradient holds NaN "
+                                  "or infinity; lower the learning rate or check the loss")
         return [flat[start:stop] for _, start, stop in slices]
 
     def ready(self, name):
@@ -233,9 +238,9 @@ class ParameterServer:
     def _learning_rate(self, name, learning_rate, where):
         self._layout(name, where)
         if isinstance(learning_rate, bool) or not isinstance(learning_rate, numbers.Real) \
-                or not learning_rate >= 0:
-            raise InvalidArgumentError(f"ParameterServer.{where}({name!r}): "
-                                       f"learning_rate={learning_rate!r} should be a number >= 0")
+                or not 0 <= learning_rate < math.inf:
+            raise InvalidArgumentError(f"ParameterServer.{where}({name!r}): learning_rate="
+                                       f"{learning_rate!r} should be a finite number >= 0")
         return float(learning_rate)
 
     def _count_applied(self, replies):

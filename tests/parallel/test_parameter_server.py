@@ -4,6 +4,7 @@ the staleness bound holds under a straggler, traces replay bit for bit, bad inpu
 Each test runs serially (one worker serving itself) and, as its ``_mpi`` twin, under
 ``mpiexec -n N``; the straggler and replay tests need two ranks or more.
 """
+import math
 import time
 from contextlib import contextmanager
 
@@ -14,7 +15,7 @@ from sklearn.model_selection import train_test_split
 
 import hpcdist
 from hpcdist.ml import MLPClassifier
-from hpcdist.parallel import ParameterServer, ParameterServerTraining
+from hpcdist.parallel import DivergenceError, ParameterServer, ParameterServerTraining
 from tests.helpers import all_ranks, check_array, expect_error, mpi_twin
 from tests.parallel import _strategies as shared
 
@@ -273,8 +274,11 @@ def test_bad_input_names_the_value_and_the_fix(ctx, tmp_path):
                      match=r"grad has shape \(6,\), the parameters \(2, 3\)")
         expect_error(error, ps.accumulate_gradient, "w", np.zeros((2, 3)), worker_rank=ctx.size,
                      match=rf"worker_rank={ctx.size} should be a rank in 0\.\.{ctx.size - 1}")
-        expect_error(error, ps.apply_gradients, "w", -0.1,
-                     match=r"learning_rate=-0.1 should be a number >= 0")
+        for rate in (-0.1, math.inf):
+            expect_error(error, ps.apply_gradients, "w", rate,
+                         match=rf"learning_rate={rate} should be a finite number >= 0")
+        expect_error(DivergenceError, ps.accumulate_gradient, "w", np.full((2, 3), np.nan),
+                     match=r"accumulate_gradient\('w'\): the gradient holds NaN or infinity")
         assert not ps.ready("w")
         ps.accumulate_gradient("w", np.ones((2, 3)))
         assert ps.ready("w")

@@ -33,7 +33,7 @@ from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, StateDi
 from ..parallel.averaging import checked_int
 from ._checkpointing import FitCheckpointing
 from ._scores import correct_rows, global_accuracy, row_weights
-from ._validation import check_device_rows
+from ._validation import check_device_rows, sklearn_errors_named
 
 __all__ = ["DistributedEstimator", "DistributedClassifierMixin", "accepts_local_keywords",
            "shared_seed", "random_state_of"]
@@ -284,10 +284,11 @@ class DistributedEstimator(BaseEstimator, metaclass=ABCMeta):
         ndarray or cupy.ndarray of shape (n_rows, n_features)
         """
         self._check_fitted()
-        if not is_cupy(X):
-            return validate_data(self, X, reset=False, **options)
-        X = check_device_rows(X, type(self).__name__)
-        validate_data(self, X, reset=False, skip_check_array=True)
+        with sklearn_errors_named(type(self).__name__):
+            if not is_cupy(X):
+                return validate_data(self, X, reset=False, **options)
+            X = check_device_rows(X, type(self).__name__)
+            validate_data(self, X, reset=False, skip_check_array=True)
         return X
 
     def _parameter_vector(self, vector, expected=None, what=""):

@@ -9,6 +9,7 @@ with scikit-learn's ``check_array``, CuPy rows on their device
 """
 
 import warnings
+from contextlib import contextmanager
 
 import numpy as np
 from sklearn.exceptions import DataConversionWarning
@@ -17,10 +18,24 @@ from sklearn.utils.multiclass import check_classification_targets
 
 from .._arrays import is_cupy
 from ..comm import allgather_object
-from ..comm.checks import format_ranks, validated_on_every_rank
-from ..exceptions import InvalidArgumentError
+from ..comm.checks import format_ranks, mark_raised_on_every_rank, validated_on_every_rank
+from ..exceptions import HpcdistError, InvalidArgumentError, InvalidArgumentTypeError
 
-__all__ = ["check_local_data", "check_device_rows", "LocalData"]
+__all__ = ["check_local_data", "check_device_rows", "LocalData", "sklearn_errors_named"]
+
+
+@contextmanager
+def sklearn_errors_named(name):
+    """scikit-learn's validation errors raised in the block, as hpcdist's (still a
+    ``ValueError`` or ``TypeError``) with ``name`` (e.g. ``"KMeans.fit"``) in front."""
+    try:
+        yield
+    except HpcdistError:
+        raise
+    except TypeError as error:
+        raise InvalidArgumentTypeError(f"{name}: {error}") from None
+    except ValueError as error:
+        raise InvalidArgumentError(f"{name}: {error}") from None
 
 
 def check_device_rows(X, name):
@@ -125,7 +140,7 @@ def check_local_data(ctx, X, y=None, *, name, dtype=(np.float64, np.float32),
         continuous class labels, widths that differ between ranks or from
         ``n_features``, too few rows on a rank.
     """
-    with validated_on_every_rank(ctx):
+    with validated_on_every_rank(ctx), sklearn_errors_named(name):
         if is_cupy(X):
             X = check_device_rows(X, name)
         else:
@@ -165,20 +180,20 @@ def check_local_data(ctx, X, y=None, *, name, dtype=(np.float64, np.float32),
         widths.setdefault(f[1], []).append(rank)
     if len(widths) > 1:
         listing = ", ".join(f"{format_ranks(r)}: {w}" for w, r in widths.items())
-        raise InvalidArgumentError(
+        raise mark_raised_on_every_rank(InvalidArgumentError(
             f"{name}: X has a different number of features on different ranks "
-            f"({listing}); every rank must pass the same columns")
+            f"({listing}); every rank must pass the same columns"))
     width = all_facts[0][1]
     if n_features is not None and width != n_features:
         estimator = name.partition(".")[0]
-        raise InvalidArgumentError(
+        raise mark_raised_on_every_rank(InvalidArgumentError(
             f"{name}: X has {width} features, but {estimator} is expecting "
-            f"{n_features} features as input (it was fitted with {n_features})")
+            f"{n_features} features as input (it was fitted with {n_features})"))
     short = [rank for rank, count in enumerate(counts) if count < min_local_rows]
-    if short:
-        raise InvalidArgumentError(
+    if short:  # the counts of every rank: all raise
+        raise mark_raised_on_every_rank(InvalidArgumentError(
             f"{name}: {format_ranks(short)} got "
             f"{[counts[r] for r in short]} rows, fewer than the {min_local_rows} "
-            "needed per rank; give every rank more rows or use fewer ranks")
+            "needed per rank; give every rank more rows or use fewer ranks"))
     labels = [f[2] for f in all_facts] if classification else None
     return LocalData(X, y, width, counts, labels)

@@ -160,3 +160,23 @@ def test_clone_keeps_a_context_given_as_comm(ctx):
 
     from hpcdist.ml import KMeans
     assert clone(KMeans(n_clusters=2, comm=ctx)).comm is ctx
+
+
+@pytest.mark.parametrize("estimator", _estimators(), ids=lambda e: type(e).__name__)
+def test_bad_rows_raise_hpcdist_errors_naming_the_estimator(estimator):
+    """scikit-learn's validation messages, as hpcdist errors (still ValueErrors), on every
+    rank: NaN on the last rank's rows at fit, the wrong width at predict."""
+    X, y = _rows()
+    name = type(estimator).__name__
+    spoiled = X.copy()
+    if hpcdist.get_rank() == hpcdist.get_world_size() - 1:
+        spoiled[1, 2] = np.nan
+    expect_error(hpcdist.InvalidArgumentError, estimator.fit, spoiled, y,
+                 match=rf"{name}.fit: Input X contains NaN")
+    estimator.fit(X, y)
+    expect_error(hpcdist.InvalidArgumentError, estimator.predict, X[:, :2],
+                 match=rf"{name}: X has 2 features, but {name} is expecting {N_FEATURES}")
+
+
+test_bad_rows_raise_hpcdist_errors_naming_the_estimator_mpi = mpi_twin(
+    test_bad_rows_raise_hpcdist_errors_naming_the_estimator)

@@ -1,12 +1,41 @@
 """Argument checks shared by several layers (private)."""
 
 import operator
+import os
 
 import numpy as np
 
-from .exceptions import InvalidArgumentError, InvalidArgumentTypeError
+from .exceptions import (
+    DataFileError,
+    DataFileNotFoundError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+)
 
-__all__ = ["check_bool", "check_int", "is_integer"]
+__all__ = ["check_bool", "check_int", "is_integer", "path_of", "check_writable_file"]
+
+
+def path_of(path, what):
+    """``path`` as a str or bytes (``os.fspath``), or an error from ``what`` naming it."""
+    try:
+        return os.fspath(path)
+    except TypeError:
+        raise InvalidArgumentTypeError(f"{what}: path={path!r} should be a str or "
+                                       "path-like naming a file") from None
+
+
+def check_writable_file(path, what):
+    """Raise, before anything is written, when no file can be written at ``path``: its
+    directory is missing (DataFileNotFoundError), or ``path`` is a directory or not
+    writable (DataFileError); ``what`` (e.g. ``"save_hdf5"``) begins the message."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise DataFileNotFoundError(f"{what}: no directory {folder!r} to write {path!r} in; "
+                                    "create it first")
+    if (os.path.isdir(path) or not os.access(folder, os.W_OK)
+            or (os.path.exists(path) and not os.access(path, os.W_OK))):
+        raise DataFileError(f"{what}: {path!r} cannot be written (a directory, or permission "
+                            "denied); choose a writable path")
 
 
 def check_bool(value, name):

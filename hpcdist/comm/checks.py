@@ -26,6 +26,7 @@ def raised_on_every_rank(error):
     """Whether ``error`` was raised on every rank (see :func:`mark_raised_on_every_rank`)."""
     return getattr(error, _EVERY_RANK, False)
 
+
 @contextmanager
 def watched(ctx, name):
     """Mark ``name`` in flight on ``ctx`` for the stall watchdog while the block runs, for

@@ -5,12 +5,8 @@ import json
 import os
 import time
 
-from ..exceptions import (
-    DataFileError,
-    DataFileNotFoundError,
-    InvalidArgumentTypeError,
-    InvalidStateError,
-)
+from .._checks import check_writable_file, path_of
+from ..exceptions import DataFileError, InvalidStateError
 from .checks import validated_on_every_rank, watched
 from .default import resolve_context
 from .trace import RECORDING
@@ -50,7 +46,7 @@ def timeline(path, ctx=None):
         raise InvalidStateError("hpcdist.timeline is already recording; nest no timelines")
     with validated_on_every_rank(ctx):  # every rank waits here for all: the block's start
         if ctx.rank == 0:
-            _check_writable(path)
+            check_writable_file(path_of(path, "timeline"), "timeline")
     events = []
     RECORDING.append((events, time.perf_counter()))
     try:
@@ -62,22 +58,6 @@ def timeline(path, ctx=None):
         with validated_on_every_rank(ctx):
             if ctx.rank == 0:
                 _write(path, gathered, ctx.size)
-
-
-def _check_writable(path):
-    """Raise unless a file can be written at ``path``."""
-    try:
-        path = os.fspath(path)
-    except TypeError:
-        raise InvalidArgumentTypeError(f"timeline: path={path!r} should be a str or "
-                                       "path-like") from None
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise DataFileNotFoundError(f"timeline: the folder {folder} of path={path!r} does not "
-                                    "exist; create it first or name a file in an existing one")
-    if os.path.isdir(path) or not os.access(folder, os.W_OK):
-        raise DataFileError(f"timeline: cannot write {path!r} (a folder, or {folder} is not "
-                            "writable); name a new file in a writable folder")
 
 
 def _to_chrome_events(events, origin, rank):

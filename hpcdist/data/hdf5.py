@@ -15,6 +15,7 @@ import h5py
 import numpy as np
 
 from .._arrays import to_host
+from .._checks import check_writable_file, path_of
 from .._hdf5_blocks import blocks_of, collective_dxpl, h5py_is_parallel, write_block, write_empty
 from ..comm import allgather_object, resolve_context
 from ..comm.checks import format_ranks, raise_on_every_rank, validated_on_every_rank
@@ -116,7 +117,7 @@ def load_hdf5(path, dataset, *, ctx=None, axis=0):
     out = None
     with _validated(ctx):
         what = "load_hdf5"
-        path = _path_of(path, what)
+        path = path_of(path, what)
         dataset = _check_name(dataset, what)
         if os.path.isdir(path):
             raise DataFileError(f"{what}: {path!r} is a folder; pass one HDF5 file (HDF5 "
@@ -206,11 +207,11 @@ def save_hdf5(path, dataset, local, *, ctx=None, axis=0):
     ctx = resolve_context(ctx)
     what = "save_hdf5"
     with _validated(ctx):
-        path = _path_of(path, what)
+        path = path_of(path, what)
         dataset = _check_name(dataset, what).strip("/")
         local = np.require(to_host(local), requirements="C")
         axis = _check_axis(axis, local.ndim, what)
-        _check_writable(path, what)
+        check_writable_file(path, what)
         try:
             h5py.h5t.py_create(local.dtype, logical=True)
         except TypeError:
@@ -226,15 +227,6 @@ def save_hdf5(path, dataset, local, *, ctx=None, axis=0):
         _save_parts(path, dataset, local, shape, offsets, axis, ctx)
 
 
-def _path_of(path, what):
-    """``path`` as a str or bytes (``os.fspath``), or an error naming it."""
-    try:
-        return os.fspath(path)
-    except TypeError:
-        raise InvalidArgumentTypeError(f"{what}: path={path!r} should be a str or "
-                                       "path-like naming an HDF5 file") from None
-
-
 def _hdf5_files_in(folder):
     """The names of the HDF5 files in ``folder``, sorted (none when it cannot be read)."""
     try:
@@ -242,17 +234,6 @@ def _hdf5_files_in(folder):
                       if name.endswith((".h5", ".hdf5", ".hdf", ".he5")))
     except OSError:
         return []
-
-
-def _check_writable(path, what):
-    """Raise before anything is written when ``path`` cannot be written."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise DataFileNotFoundError(f"{what}: no directory {folder!r} to write {path!r} in; "
-                                    "create it first")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise DataFileError(f"{what}: {path!r} cannot be written (permission denied); choose "
-                            "a writable path")
 
 
 def _as_file_error(error, path, dataset, what):

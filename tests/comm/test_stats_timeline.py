@@ -156,8 +156,10 @@ def _check_bad_paths_refused_before_the_block(folder):
     ran = []
     for path, error, match in [
             (folder / "missing" / "t.json", hpcdist.DataFileNotFoundError,
-             r"timeline: the folder .*missing of path=.* does not exist; create it first"),
-            (folder, hpcdist.DataFileError, r"timeline: cannot write .* \(a folder, or"),
+             r"timeline: no directory '.*missing' to write '.*missing/t\.json' in; create it "
+             r"first"),
+            (folder, hpcdist.DataFileError, r"timeline: '.*' cannot be written \(a directory, "
+                                            r"or permission denied\); choose a writable path"),
             (123, hpcdist.InvalidArgumentTypeError, r"path=123 should be a str or path-like")]:
         with all_ranks(str(path)), pytest.raises(error, match=match):
             with hpcdist.timeline(path):

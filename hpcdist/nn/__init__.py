@@ -10,6 +10,7 @@ from .layers import Dropout, Linear
 from .losses import CrossEntropyLoss, MSELoss
 from .module import Module, Parameter, Sequential
 from .normalization import BatchNorm1d, SyncBatchNorm
+from .recompute import Checkpoint
 from .tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
 __all__ = [
@@ -17,5 +18,5 @@ __all__ = [
     "Linear", "ReLU", "Tanh", "GELU", "Dropout",
     "BatchNorm1d", "SyncBatchNorm",
     "CrossEntropyLoss", "MSELoss", "optim",
-    "ColumnParallelLinear", "RowParallelLinear",
+    "ColumnParallelLinear", "RowParallelLinear", "Checkpoint",
 ]

@@ -11,6 +11,7 @@ Modules are array-module agnostic: they compute with the module (NumPy or
 CuPy) of the arrays they are given (see :func:`array_module`).
 """
 
+import types
 from collections import OrderedDict
 
 import numpy as np
@@ -187,6 +188,58 @@ class Module:
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
 
+    # -- hooks -----------------------------------------------------------------------
+    def register_forward_pre_hook(self, hook):
+        """Call ``hook(module, args)`` before every forward pass of this module.
+
+        Hooks run however the forward pass is reached (``module(x)``,
+        ``module.forward(x)``, or a container calling it), so that data
+        parallelism can, for instance, gather a layer's parameters just
+        before the layer needs them. Returns a callable that removes the hook.
+        """
+        return self._add_hook("forward_pre", hook)
+
+    def register_forward_hook(self, hook):
+        """Call ``hook(module, args, output)`` after every forward pass of this module.
+
+        Returns a callable that removes the hook.
+        """
+        return self._add_hook("forward", hook)
+
+    def register_backward_pre_hook(self, hook):
+        """Call ``hook(module, grad_output)`` before every backward pass of this module.
+
+        Returns a callable that removes the hook.
+        """
+        return self._add_hook("backward_pre", hook)
+
+    def register_backward_hook(self, hook):
+        """Call ``hook(module, grad_output, grad_input)`` after every backward pass of
+        this module (its parameters' gradients have all been accumulated by then).
+
+        Returns a callable that removes the hook.
+        """
+        return self._add_hook("backward", hook)
+
+    def _add_hook(self, kind, hook):
+        if not callable(hook):
+            raise InvalidArgumentTypeError(f"{type(self).__name__}: a {kind.replace('_', '-')} "
+                                           f"hook must be callable, got {type(hook).__name__}")
+        hooks = self.__dict__.get("_hooks")
+        if hooks is None:
+            hooks = {"forward_pre": [], "forward": [], "backward_pre": [], "backward": []}
+            object.__setattr__(self, "_hooks", hooks)
+            # instance attributes take precedence over the class's methods, so every way of
+            # calling forward/backward runs the hooks; modules without hooks pay nothing
+            object.__setattr__(self, "forward", types.MethodType(_hooked_forward, self))
+            object.__setattr__(self, "backward", types.MethodType(_hooked_backward, self))
+        hooks[kind].append(hook)
+
+        def remove():
+            if hook in hooks[kind]:
+                hooks[kind].remove(hook)
+        return remove
+
     # -- traversal -----------------------------------------------------------------
     def named_children(self):
         """Direct sub-modules as ``(name, module)`` pairs."""
@@ -288,6 +341,26 @@ class Module:
         for name, child in self._modules.items():
             lines.append(f"  ({name}): " + repr(child).replace("\n", "\n  "))
         return lines[0] + ")" if len(lines) == 1 else "\n".join(lines) + "\n)"
+
+
+def _hooked_forward(module, *args, **kwargs):
+    hooks = module._hooks
+    for hook in tuple(hooks["forward_pre"]):
+        hook(module, args)
+    output = type(module).forward(module, *args, **kwargs)
+    for hook in tuple(hooks["forward"]):
+        hook(module, args, output)
+    return output
+
+
+def _hooked_backward(module, grad_output):
+    hooks = module._hooks
+    for hook in tuple(hooks["backward_pre"]):
+        hook(module, grad_output)
+    grad_input = type(module).backward(module, grad_output)
+    for hook in tuple(hooks["backward"]):
+        hook(module, grad_output, grad_input)
+    return grad_input
 
 
 class Sequential(Module):

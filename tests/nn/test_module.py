@@ -49,7 +49,8 @@ class WithLoss(Module):
 def test_public_names():
     assert nn.__all__ == ["Module", "Parameter", "Sequential", "Linear", "ReLU", "Tanh", "GELU",
                           "Dropout", "BatchNorm1d", "SyncBatchNorm", "CrossEntropyLoss",
-                          "MSELoss", "optim", "ColumnParallelLinear", "RowParallelLinear"]
+                          "MSELoss", "optim", "ColumnParallelLinear", "RowParallelLinear",
+                          "Checkpoint"]
     for name in nn.__all__:
         assert getattr(nn, name).__name__.rpartition(".")[2] == name
 

@@ -18,7 +18,8 @@ Determinism
 
 Numba's cache checks only the source file of the cached function: after
 editing a kernel that other modules' kernels call (:mod:`._hash_kernels`,
-:mod:`._split_kernels`), delete ``hpcdist/ml/forest/__pycache__/*.nbi``.
+:mod:`._split_kernels`), delete the forest's ``*.nbi`` index files from the
+cache folder (:func:`hpcdist._numba.cache_dir`).
 """
 from ..._numba import JIT
 

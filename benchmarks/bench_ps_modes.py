@@ -1,4 +1,4 @@
-"""The parameter server's modes with stragglers (the training part of #17's benchmark).
+"""The parameter server's modes with stragglers: sync, async and bounded staleness.
 
 Run from a checkout; it starts its own mpiexec jobs at 2 and 4 ranks::
 

@@ -44,7 +44,7 @@ baseline is the mpi4py code that does the same job with the same allocations:
     ``hpcdist.allgather(x)`` (sizes exchanged first, so they may differ per
     rank) vs mpi4py doing the same work: ``Allgather`` of the counts, then
     ``Allgather`` when they are all equal (as here, and as hpcdist does),
-    else ``Allgatherv``. (With MPICH, ``Allgatherv`` is up to 2x slower than
+    else ``Allgatherv``. (With MPICH, ``Allgatherv`` can be much slower than
     ``Allgather`` at large sizes, so always calling it would flatter
     hpcdist.) No gloo column: gloo needs equal sizes.
 ``pingpong``
@@ -77,14 +77,12 @@ trip). The JSON also keeps every repetition, the minimums, the ratio of the
 minimums and the median of the per-repetition ratios, which are less
 sensitive to other load.
 
-Targets (:data:`TARGETS`, set for 2 ranks): below 64 KiB a bound on the
-overhead per call, from 64 KiB up a bound on the ratio, and for
-``broadcast_none`` a ratio at every size. Each one is judged on the worst row
-of its size band; '!' marks the misses in the table, and the summary lists
-every target with its worst row.
+Summary: for each operation and baseline, the worst row of two size bands:
+below 64 KiB, where a call's fixed cost dominates, hpcdist's overhead per
+call in microseconds; from 64 KiB up, where the bytes dominate, the ratio.
 
-Output: a table on rank 0, ``<output-dir>/<name>.json`` (machine, settings
-with the targets, every repetition, medians, ratios, overheads, summary) and
+Output: a table on rank 0, ``<output-dir>/<name>.json`` (machine, settings,
+every repetition, medians, ratios, overheads, summary) and
 ``<output-dir>/<name>.png`` (time, ratios and overheads against size;
 skipped when matplotlib is missing).
 """
@@ -99,7 +97,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import numpy as np
 
@@ -120,7 +118,7 @@ from .common import (
     write_report,
 )
 
-__all__ = ["main", "OPERATIONS", "TARGETS", "Target", "judge_targets"]
+__all__ = ["main", "OPERATIONS", "SUMMARY_BANDS", "summarize"]
 
 OPERATIONS = ("allreduce", "allreduce_out", "broadcast", "broadcast_known", "broadcast_none",
               "allgather", "allgather_uneven", "pingpong", "pingpong_known")
@@ -130,91 +128,24 @@ PINGPONGS = ("pingpong", "pingpong_known")  # between ranks 0 and 1; need 2 rank
 
 DEFAULT_SIZES = (8,) + tuple(4**k for k in range(3, 14))  # 8 B, 64 B, 256 B, ..., 64 MiB
 QUICK_SIZES = (8, KIB, 64 * KIB, MIB)
-DEFAULT_REPETITIONS = 15  # at every size: 5 left single big-message points at 1.3x on a noisy VM
+DEFAULT_REPETITIONS = 15  # at every size: with fewer, one slow repetition moves a median
 QUICK_REPETITIONS = 5
 DEFAULT_BATCH_MS = 10.0
 QUICK_BATCH_MS = 2.0
 MAX_ITERATIONS = 200_000  # cap on k, the calls per timed batch
 WARMUP_CALLS = 3
 
-LARGE_MESSAGE = 64 * KIB  # where the targets change from overhead per call to ratio
+LARGE_MESSAGE = 64 * KIB  # where the summary changes from overhead per call to ratio
 PKL5_FROM = MIB  # the pkl5 baseline of broadcast_none runs from this size up
 
 
-class Target(NamedTuple):
-    """One target: hpcdist's ``measure`` against ``baseline`` stays within ``limit``.
-
-    Attributes
-    ----------
-    operation : str
-        One of :data:`OPERATIONS`.
-    baseline : str
-        One of :data:`BASELINES`.
-    sizes : tuple of (int, int or None)
-        The band of sizes it applies to, ``[low, high)`` in bytes per rank;
-        ``high=None`` has no upper end.
-    measure : {"overhead_us", "ratio"}
-        hpcdist's median minus the baseline's in microseconds per call, or
-        hpcdist's median over the baseline's.
-    limit : float
-        The worst row of the band must be at most ``limit`` (below it when
-        ``strict``).
-    strict : bool, default=False
-    """
-
-    operation: str
-    baseline: str
-    sizes: tuple
-    measure: str
-    limit: float
-    strict: bool = False
-
-
-# the size bands of the targets, [low, high) in bytes per rank
+# size bands, [low, high) in bytes per rank
 BELOW_LARGE = (0, LARGE_MESSAGE)
 FROM_LARGE = (LARGE_MESSAGE, None)
-FROM_PKL5 = (PKL5_FROM, None)
-EVERY_SIZE = (0, None)
 
-#: the targets of issue #28, at 2 ranks: one row per operation, baseline and band of sizes
-TARGETS = (
-    #      operation           baseline  sizes        measure        limit
-    Target("allreduce",        "mpi4py", BELOW_LARGE, "overhead_us", 0.4),
-    Target("allreduce",        "mpi4py", FROM_LARGE,  "ratio",       1.05),
-    Target("allreduce_out",    "mpi4py", BELOW_LARGE, "overhead_us", 0.4),
-    Target("allreduce_out",    "mpi4py", FROM_LARGE,  "ratio",       1.05),
-    Target("broadcast",        "mpi4py", BELOW_LARGE, "overhead_us", 1.0),
-    Target("broadcast",        "mpi4py", FROM_LARGE,  "ratio",       1.05),
-    Target("broadcast_known",  "mpi4py", BELOW_LARGE, "overhead_us", 0.4),
-    Target("broadcast_known",  "mpi4py", FROM_LARGE,  "ratio",       1.05),
-    Target("broadcast_none",   "mpi4py", EVERY_SIZE,  "ratio",       1.0),
-    Target("broadcast_none",   "pkl5",   FROM_PKL5,   "ratio",       1.05),
-    Target("allgather",        "mpi4py", BELOW_LARGE, "overhead_us", 0.4),
-    Target("allgather",        "mpi4py", FROM_LARGE,  "ratio",       1.05),
-    Target("allgather_uneven", "mpi4py", BELOW_LARGE, "overhead_us", 1.0),
-    Target("allgather_uneven", "mpi4py", FROM_LARGE,  "ratio",       1.05),
-    Target("pingpong",         "mpi4py", BELOW_LARGE, "overhead_us", 2.0),
-    Target("pingpong",         "mpi4py", FROM_LARGE,  "ratio",       1.10),
-    Target("pingpong_known",   "mpi4py", BELOW_LARGE, "overhead_us", 0.4),
-    Target("pingpong_known",   "mpi4py", FROM_LARGE,  "ratio",       1.05),
-    # the same allowances above the floor: the mpi4py call plus the bookkeeping API.md
-    # requires of every call (statistics, the watchdog's mark)
-    Target("allreduce",        "floor",  BELOW_LARGE, "overhead_us", 0.4),
-    Target("allreduce_out",    "floor",  BELOW_LARGE, "overhead_us", 0.4),
-    Target("broadcast",        "floor",  BELOW_LARGE, "overhead_us", 1.0),
-    Target("broadcast_known",  "floor",  BELOW_LARGE, "overhead_us", 0.4),
-    Target("allgather",        "floor",  BELOW_LARGE, "overhead_us", 0.4),
-    Target("allgather_uneven", "floor",  BELOW_LARGE, "overhead_us", 1.0),
-    Target("pingpong",         "floor",  BELOW_LARGE, "overhead_us", 2.0),
-    Target("pingpong_known",   "floor",  BELOW_LARGE, "overhead_us", 0.4),
-    # hpcdist stays faster than torch.distributed with gloo (where torch is installed)
-    Target("allreduce",        "gloo",   EVERY_SIZE,  "ratio",       1.0, strict=True),
-    Target("allreduce_out",    "gloo",   EVERY_SIZE,  "ratio",       1.0, strict=True),
-    Target("broadcast",        "gloo",   EVERY_SIZE,  "ratio",       1.0, strict=True),
-    Target("broadcast_known",  "gloo",   EVERY_SIZE,  "ratio",       1.0, strict=True),
-    Target("allgather",        "gloo",   EVERY_SIZE,  "ratio",       1.0, strict=True),
-)
-TARGET_RANKS = 2  # the rank count the targets are set for
+#: the summary's (band of sizes, measure): below 64 KiB a call's fixed cost dominates, so
+#: hpcdist's overhead per call says more than a ratio; from 64 KiB up the bytes dominate
+SUMMARY_BANDS = ((BELOW_LARGE, "overhead_us"), (FROM_LARGE, "ratio"))
 
 DTYPE = np.float32
 ITEMSIZE = np.dtype(DTYPE).itemsize
@@ -330,7 +261,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "collectives",
         "Time hpcdist's allreduce, broadcast, allgather and send/recv against the mpi4py code "
         "doing the same job and torch.distributed (gloo), interleaved on the same buffers, "
-        "and judge the targets. Run it under mpiexec, with OMP_NUM_THREADS=1.",
+        "and report the ratios. Run it under mpiexec, with OMP_NUM_THREADS=1.",
         quick=f"short run: 8 B, 1 KiB, 64 KiB, 1 MiB, {QUICK_REPETITIONS} repetitions, "
               f"{QUICK_BATCH_MS:g} ms batches")
     parser.add_argument(
@@ -536,7 +467,7 @@ BUILDERS: dict[str, Callable] = {
 
 def _with_bookkeeping(ctx, fn: Callable[[], Any], calls: int) -> Callable[[], Any]:
     """The floor: ``fn`` (an mpi4py baseline making ``calls`` calls) with the bookkeeping
-    API.md requires of each hpcdist call (the watchdog's mark and the statistics:
+    every hpcdist call does (the stall watchdog's mark and the statistics:
     ``ctx._begin`` and ``ctx._end``) once per call."""
     begin, end = ctx._begin, ctx._end
 
@@ -669,7 +600,7 @@ def _run_case(b: Backends, operation: str, size: int, args: argparse.Namespace) 
     }
 
 
-# -- targets --------------------------------------------------------------------------------
+# -- summary --------------------------------------------------------------------------------
 
 def _measured(record: dict, baseline: str, measure: str) -> float | None:
     """A record's ratio or overhead against ``baseline``; None where it has no such column."""
@@ -683,23 +614,8 @@ def _in_band(size: int, sizes: tuple) -> bool:
     return size >= low and (high is None or size < high)
 
 
-def _meets(target: Target, value: float) -> bool:
-    return value < target.limit if target.strict else value <= target.limit
-
-
-def _judged_values(operation: str, records: list[dict]):
-    """``(target, value, size)`` for each target of ``operation`` and each record it judges."""
-    for target in TARGETS:
-        if target.operation != operation:
-            continue
-        for record in records:
-            value = _measured(record, target.baseline, target.measure)
-            if value is not None and _in_band(record["size_bytes"], target.sizes):
-                yield target, value, record["size_bytes"]
-
-
-def judge_targets(operations: dict) -> dict:
-    """Judge every target of :data:`TARGETS` on the worst row of its band of sizes.
+def summarize(operations: dict) -> dict:
+    """The worst row of each band of :data:`SUMMARY_BANDS`, per operation and baseline.
 
     Parameters
     ----------
@@ -711,30 +627,26 @@ def judge_targets(operations: dict) -> dict:
     Returns
     -------
     dict
-        Operation name -> one entry per target of that operation: the
-        target's fields, ``worst`` (the largest value in its band, None when
-        no row has its baseline there), ``at_size_bytes`` and ``status``
-        (``"PASS"``, ``"MISS"`` or ``"n/a"``).
+        Operation name -> one entry per baseline and band with a row:
+        ``baseline``, ``sizes`` (``[low, high)`` in bytes, ``high`` None
+        for no end), ``measure`` (``"overhead_us"`` or ``"ratio"``),
+        ``worst`` (the band's largest value) and ``at_size_bytes``.
     """
     summary = {}
     for operation, entry in operations.items():
-        found = {target: [] for target in TARGETS if target.operation == operation}
-        for target, value, size in _judged_values(operation, entry["results"]):
-            found[target].append((value, size))
+        records = entry["results"]
         summary[operation] = []
-        for target, values in found.items():
-            worst, at = max(values) if values else (None, None)
-            status = "n/a" if worst is None else "PASS" if _meets(target, worst) else "MISS"
-            summary[operation].append({**target._asdict(), "worst": worst, "at_size_bytes": at,
-                                       "status": status})
+        for baseline in BASELINES:
+            for sizes, measure in SUMMARY_BANDS:
+                values = [(value, record["size_bytes"]) for record in records
+                          if _in_band(record["size_bytes"], sizes)
+                          and (value := _measured(record, baseline, measure)) is not None]
+                if values:
+                    worst, at = max(values)
+                    summary[operation].append({"baseline": baseline, "sizes": list(sizes),
+                                               "measure": measure, "worst": worst,
+                                               "at_size_bytes": at})
     return summary
-
-
-def _misses(operation: str, record: dict) -> set[tuple[str, str]]:
-    """``(baseline, measure)`` of each target this record misses (the table's '!')."""
-    return {(target.baseline, target.measure)
-            for target, value, _ in _judged_values(operation, [record])
-            if not _meets(target, value)}
 
 
 # -- report ---------------------------------------------------------------------------------
@@ -751,21 +663,19 @@ def _header(operation: str, baselines: list[str]) -> str:
     return f"\n{operation}:\n{calls}\n{columns}"
 
 
-def _cell(record: dict, baseline: str, missed: set[tuple[str, str]]) -> str:
-    """Baseline's time, ratio and hpcdist's overhead per call; '!' after a missed one."""
+def _cell(record: dict, baseline: str) -> str:
+    """Baseline's time, ratio and hpcdist's overhead per call."""
     if baseline not in record["median_us"]:
         return f" {'-':>12} {'-':>7}  {'-':>9} "
-    ratio, overhead = (f"{_measured(record, baseline, measure):{spec}}"
-                       + ("!" if (baseline, measure) in missed else " ")
+    ratio, overhead = (f"{_measured(record, baseline, measure):{spec}} "
                        for measure, spec in (("ratio", "7.3f"), ("overhead_us", "+9.2f")))
     return f" {record['median_us'][baseline]:12.2f} {ratio} {overhead}"
 
 
 def _row(operation: str, record: dict, baselines: list[str]) -> str:
     """One table line: size, hpcdist's time, then time, ratio and overhead per baseline."""
-    missed = _misses(operation, record)
     text = f"{format_size(record['size_bytes']):>8} {record['median_us']['hpcdist']:12.2f}"
-    text += "".join(_cell(record, baseline, missed) for baseline in baselines)
+    text += "".join(_cell(record, baseline) for baseline in baselines)
     wrong = [name for name, ok in record["verified"].items() if not ok]
     return text + (f"  WRONG RESULT: {', '.join(wrong)}" if wrong else "")
 
@@ -781,34 +691,21 @@ def _band_text(sizes: tuple) -> str:
     return f"< {format_size(high)}" if low == 0 else f"{format_size(low)} - {format_size(high)}"
 
 
-def _judgement_line(operation: str, judged: dict) -> str:
-    """One judged target: operation, baseline, sizes, measure, limit, worst row, status."""
-    limit = f"{'<' if judged['strict'] else '<='} {judged['limit']:g}"
-    value = format(judged["worst"], ".3f" if judged["measure"] == "ratio" else "+.2f")
-    worst = f"{value} @ {format_size(judged['at_size_bytes'])}"
-    return (f"{operation:<18} {judged['baseline']:<7} {_band_text(judged['sizes']):<11} "
-            f"{MEASURE_LABELS[judged['measure']]:<9} {limit:<7} {worst:>17}  "
-            f"{judged['status']}")
+def _summary_line(operation: str, entry: dict) -> str:
+    """One summary row: operation, baseline, sizes, measure, worst value and its size."""
+    value = format(entry["worst"], ".3f" if entry["measure"] == "ratio" else "+.2f")
+    return (f"{operation:<18} {entry['baseline']:<7} {_band_text(entry['sizes']):<11} "
+            f"{MEASURE_LABELS[entry['measure']]:<9} {value:>9} @ "
+            f"{format_size(entry['at_size_bytes'])}")
 
 
 def _summary_text(summary: dict, ranks: int) -> str:
-    here = "" if ranks == TARGET_RANKS else f"; this run has {ranks}"
-    lines = [f"\nSummary: each target against the worst row of its sizes (targets set for "
-             f"{TARGET_RANKS} ranks{here}; +us/call: hpcdist's median minus the baseline's, "
-             f"per call, in microseconds)",
-             f"{'operation':<18} {'vs':<7} {'sizes':<11} {'measure':<9} {'target':<7} "
-             f"{'worst':>17}  status"]
-    judged = [(operation, entry) for operation, targets in summary.items() for entry in targets]
-    lines += [_judgement_line(operation, entry) for operation, entry in judged
-              if entry["status"] != "n/a"]
-    unjudged = [f"{operation} vs {entry['baseline']} {_band_text(entry['sizes'])}"
-                for operation, entry in judged if entry["status"] == "n/a"]
-    if unjudged:
-        lines.append(f"not judged (no row with that baseline in those sizes): "
-                     f"{', '.join(unjudged)}")
-    misses = sum(entry["status"] == "MISS" for _, entry in judged)
-    lines.append("All targets met." if not misses
-                 else f"{misses} target(s) missed ('!' marks the rows above).")
+    lines = [f"\nSummary at {ranks} ranks: the worst row of each band of sizes (+us/call: "
+             "hpcdist's median minus the baseline's, per call, in microseconds; ratio: "
+             "hpcdist's median over the baseline's)",
+             f"{'operation':<18} {'vs':<7} {'sizes':<11} {'measure':<9} {'worst':>9}"]
+    lines += [_summary_line(operation, entry)
+              for operation, entries in summary.items() for entry in entries]
     return "\n".join(lines)
 
 
@@ -829,9 +726,6 @@ def _settings(args: argparse.Namespace) -> dict:
                   "interleaved, the first one rotating; medians over repetitions",
         "overhead": "hpcdist's median minus the baseline's, in microseconds, per call (a "
                     "ping-pong round trip is 2 calls on each rank)",
-        "targets_ranks": TARGET_RANKS,
-        "targets": [{**target._asdict(), "sizes_text": _band_text(target.sizes)}
-                    for target in TARGETS],
     }
 
 
@@ -861,23 +755,9 @@ COLORS = {"mpi4py": "tab:blue", "floor": "tab:purple", "pkl5": "tab:orange",
           "gloo": "tab:green"}
 
 
-def _plot_targets(ax, operation: str, measure: str, baselines: tuple, sizes: list[int]) -> None:
-    """The targets of ``operation`` on ``measure`` against ``baselines``, dotted in red."""
-    label = "target"
-    for target in TARGETS:
-        if (target.operation, target.measure) != (operation, measure) \
-                or target.baseline not in baselines:
-            continue
-        low, high = target.sizes
-        start, end = max(sizes[0], low), sizes[-1] if high is None else min(sizes[-1], high)
-        if start <= end:
-            ax.hlines(target.limit, start, end, colors="red", linestyles=":", label=label)
-            label = None
-
-
 def _plot_measure(ax, operation: str, entry: dict, sizes: list[int], measure: str,
                   baselines: tuple) -> None:
-    """hpcdist's ratio or overhead against each baseline and size, with the targets."""
+    """hpcdist's ratio or overhead against each baseline and size."""
     plotted = False
     for baseline in baselines:
         points = [(r["size_bytes"], value) for r in entry["results"]
@@ -891,7 +771,6 @@ def _plot_measure(ax, operation: str, entry: dict, sizes: list[int], measure: st
         ax.set_xticks([])
         ax.set_yticks([])
         return
-    _plot_targets(ax, operation, measure, baselines, sizes)
     if measure == "overhead_us":
         ax.set_yscale("symlog", linthresh=1.0)  # microseconds below 64 KiB, more above
         ax.axhline(0.0, color="gray", lw=0.8)
@@ -1013,11 +892,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"gloo {'on' if dist else 'off'}, {os.cpu_count()} cores, load average "
                   f"{load_before}\ntimes: median per call in microseconds (ping-pong: per "
                   f"round trip); ratio: hpcdist/baseline; +us/call: hpcdist's overhead per "
-                  f"call above the baseline; '!' marks a missed target", flush=True)
+                  f"call above the baseline", flush=True)
         operations = _run(b, args)
         machine = _machine_info(b, load_before)
         if b.rank == 0:
-            summary = judge_targets(operations)
+            summary = summarize(operations)
             print(_summary_text(summary, b.size), flush=True)
             _write_outputs({"benchmark": "collectives", "machine": machine,
                             "settings": _settings(args), "operations": operations,

@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import socket
 import statistics
 import subprocess
@@ -22,19 +23,64 @@ from threadpoolctl import threadpool_info
 
 from ..cli.arguments import RankZeroArgumentParser, finite_float, unwritable_directory
 from ..comm.mpi import MPI
-from ..launch.environment import under_mpi_launcher
+from ..launch.environment import rank_layout, under_mpi_launcher
 from ..launch.launchers import find_mpiexec
 
 __all__ = ["KIB", "MIB", "benchmark_parser", "output_directory", "file_stem", "positive_float",
            "format_size", "package_version", "load_average", "machine_info", "median_seconds",
            "blas_threads", "init_gloo", "pyplot", "write_report", "rank_counts",
            "add_job_options", "launch_jobs", "run_per_rank_count", "finish_report",
-           "merged_report", "fill_sizes", "idle_until_all_arrive", "resident_peak"]
+           "merged_report", "fill_sizes", "idle_until_all_arrive", "resident_peak",
+           "invoked_command", "summary_entry", "summary_lines"]
 
 KIB = 1024
 MIB = 1024 * KIB
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "NUMBA_NUM_THREADS")
+
+#: the command line of the benchmark this process parsed last, for its report
+_invocation = {"command": None}
+
+
+class _BenchmarkParser(RankZeroArgumentParser):
+    """A benchmark's parser that remembers the command it parsed, so that
+    :func:`write_report` can record how to run the benchmark again."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        argv = sys.argv[1:] if args is None else list(args)
+        _invocation["command"] = invoked_command(self.prog, argv)
+        return super().parse_known_args(args, namespace)
+
+
+def invoked_command(prog, argv, environ=None):
+    """The shell command that runs this benchmark again as it runs now.
+
+    Parameters
+    ----------
+    prog : str
+        The benchmark's command, ``"hpcdist bench NAME"``.
+    argv : list of str
+        The options the benchmark was given.
+    environ : mapping, optional
+        The environment (default ``os.environ``): inside an MPI job the
+        command starts with the launcher and the job's rank count.
+
+    Returns
+    -------
+    str
+        E.g. ``"mpiexec -n 2 hpcdist bench collectives --quick"``: the
+        launcher (``srun`` in a Slurm step, else ``mpiexec``) and ranks when
+        started by one, the benchmark, its options, quoted for a POSIX shell.
+    """
+    environ = os.environ if environ is None else environ
+    words = [*prog.split(), *argv]
+    if under_mpi_launcher(environ):
+        ranks = rank_layout(environ)[1]
+        srun = "SLURM_STEP_ID" in environ and not any(
+            name.startswith(("PMI_", "OMPI_", "HYDRA_")) for name in environ)
+        words = ["srun" if srun else "mpiexec", *([] if ranks is None else ["-n", str(ranks)]),
+                 *words]
+    return shlex.join(words)
 
 
 def benchmark_parser(name, description, *, quick, plot=True):
@@ -54,7 +100,7 @@ def benchmark_parser(name, description, *, quick, plot=True):
     plot : bool, default=True
         Whether the benchmark writes a PNG plot (``--no-plot`` is accepted either way).
     """
-    parser = RankZeroArgumentParser(prog=f"hpcdist bench {name}", description=description)
+    parser = _BenchmarkParser(prog=f"hpcdist bench {name}", description=description)
     parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--no-plot", action="store_true",
                         help="do not write the PNG plot" if plot else
@@ -334,6 +380,10 @@ def pyplot():
 def write_report(report, output_dir, name, plot=None):
     """Write ``output_dir/name.json`` and, through ``plot(report, path)``, ``name.png``.
 
+    The JSON gets a ``"command"`` entry after ``"benchmark"``: the command
+    line that runs the benchmark again with the same settings (see
+    :func:`invoked_command`), unless the report has one.
+
     Parameters
     ----------
     report : dict
@@ -346,6 +396,9 @@ def write_report(report, output_dir, name, plot=None):
         ``plot(report, path) -> bool``, False when it wrote nothing; None
         writes no plot.
     """
+    if "command" not in report and _invocation["command"] is not None:
+        report = {key: value for key, value in report.items() if key == "benchmark"} | {
+            "command": _invocation["command"], **report}
     output_dir.mkdir(parents=True, exist_ok=True)
     json_path = output_dir / f"{name}.json"
     json_path.write_text(json.dumps(report, indent=1, default=float) + "\n")  # NumPy scalars
@@ -462,6 +515,22 @@ def merged_report(benchmark, runs, settings, summary, **extra):
     return {"benchmark": benchmark, "machine": largest["machine"], "settings": settings,
             "runs": {str(n): run for n, run in sorted(runs.items())}, **extra,
             "summary": summary}
+
+
+def summary_entry(ratio, value):
+    """One figure of a benchmark's summary: what it is (``ratio``) and its ``value``
+    (None where the run did not measure it)."""
+    return {"ratio": ratio, "value": value}
+
+
+def summary_lines(summary, title="Summary"):
+    """A summary of :func:`summary_entry` figures as text lines: name, value, what it is."""
+    width = max((len(name) for name in summary), default=0)
+    lines = [f"\n{title}:"]
+    for name, entry in summary.items():
+        value = "not measured" if entry["value"] is None else f"{entry['value']:.3f}"
+        lines.append(f"  {name:{width}s} {value:>12s}  {entry['ratio']}")
+    return lines
 
 
 def byte_size_list(itemsize, dtype_name):

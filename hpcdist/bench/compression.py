@@ -17,9 +17,9 @@ Run under mpiexec (``hpcdist bench compression -n 2`` starts it so). In one run:
    the bandwidth below which each compressor pays off, for the run's rank
    count and for 8 and 64 ranks.
 
-Targets (issue 3): exact top-k at least 5x faster than ``np.argpartition``;
-quantization and sign packing at least 40% of memcpy bandwidth. The report
-says PASS or MISS for each.
+Each kernel's row gives its speedup over the NumPy version and its
+throughput as a fraction of the memcpy bandwidth measured in the same run
+(the bound for a kernel that reads its input once).
 """
 
 from __future__ import annotations
@@ -66,8 +66,6 @@ from .common import (
 
 __all__ = ["main"]
 
-TOPK_SPEEDUP_TARGET = 5.0
-BANDWIDTH_FRACTION_TARGET = 0.40
 MODEL_RANKS = (8, 64)
 
 
@@ -121,7 +119,8 @@ def _numpy_sign(x, chunk):
 
 
 def _kernel_cases(x, k, seed):
-    """(name, hpcdist call, NumPy call, kind) for every kernel; kind picks the target."""
+    """(name, hpcdist call, NumPy call, kind) for every kernel; kind is ``"topk"`` (a
+    selection), ``"bandwidth"`` (one pass over memory) or ``"other"``."""
     n = x.size
     chunk = 1024
     rng = np.random.default_rng(seed)
@@ -167,14 +166,7 @@ def _kernel_report(x, k, repetitions, seed):
         row = {"kernel": name, "hpcdist_ms": ours_seconds * 1e3, "numpy_ms": numpy_seconds * 1e3,
                "speedup_vs_numpy": numpy_seconds / ours_seconds,
                "throughput_gb_s": x.nbytes / ours_seconds / 1e9,
-               "fraction_of_memcpy": x.nbytes / ours_seconds / memcpy_bandwidth}
-        if kind == "topk":
-            row["target"] = f">= {TOPK_SPEEDUP_TARGET:g}x np.argpartition"
-            row["status"] = "PASS" if row["speedup_vs_numpy"] >= TOPK_SPEEDUP_TARGET else "MISS"
-        elif kind == "bandwidth":
-            row["target"] = f">= {BANDWIDTH_FRACTION_TARGET:.0%} of memcpy"
-            row["status"] = ("PASS" if row["fraction_of_memcpy"] >= BANDWIDTH_FRACTION_TARGET
-                             else "MISS")
+               "fraction_of_memcpy": x.nbytes / ours_seconds / memcpy_bandwidth, "kind": kind}
         rows.append(row)
     return {"memcpy_gb_s": memcpy_bandwidth / 1e9, "kernels": rows}
 
@@ -286,12 +278,11 @@ def _print_report(report):
     print(f"\nkernels on {report['settings']['elements']:,} float32 "
           f"(memcpy {kernels['memcpy_gb_s']:.2f} GB/s):")
     print(f"  {'kernel':24s} {'hpcdist ms':>11s} {'numpy ms':>10s} {'speedup':>8s} "
-          f"{'GB/s':>7s} {'of memcpy':>10s}  target")
+          f"{'GB/s':>7s} {'of memcpy':>10s}")
     for row in kernels["kernels"]:
-        target = f"{row.get('target', '')} {row.get('status', '')}".strip()
         print(f"  {row['kernel']:24s} {row['hpcdist_ms']:11.2f} {row['numpy_ms']:10.2f} "
               f"{row['speedup_vs_numpy']:7.1f}x {row['throughput_gb_s']:7.2f} "
-              f"{row['fraction_of_memcpy']:9.0%}   {target}")
+              f"{row['fraction_of_memcpy']:9.0%}")
     print(f"\ncompressors at {report['machine']['ranks']} ranks "
           f"(allreduce latency {report['alpha_us']:.1f} us):")
     print(f"  {'compressor':10s} {'collective':>10s} {'wire bytes':>12s} {'factor':>7s} "

@@ -25,13 +25,12 @@ random rows, plain SGD. At each rank count ``p`` > 1 the model is split into
 With more ranks than cores, wall time (samples per second, measured bubble)
 mostly shows the ranks taking turns on the cores; the replayed bubbles and
 the stash peaks do not depend on that. The in-run CPU times still do: two
-stages of the same work differed by 20-60% at 4 ranks on 2 cores, the
-heavier one changing from run to run; timed alone in their own processes,
-by up to 35% for a whole run (one vCPU slower than the other). The alone
-column times every stage in one process, so it compares the stages' work.
+stages of the same work can differ by tens of percent when ranks share
+cores, and so can two cores of one virtual machine. The alone column times
+every stage in one process, so it compares the stages' work.
 
-Targets (issue 18): bubble within 5 points of the formula at m >= 4 (judged
-on the alone column); 1F1B's stash peak at most p / m of GPipe's.
+Summary: each bubble's largest distance from the formula at m >= 4, and
+1F1B's stash peak over GPipe's beside p / m, the most it should be.
 """
 
 import time
@@ -50,7 +49,6 @@ __all__ = ["main"]
 SCHEDULES = ("gpipe", "1f1b")
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 N_CLASSES = 10
-TARGET_POINTS = 0.05
 ALONE_REPETITIONS = 15
 DEFAULTS = {"width": 512, "layers": 8, "batch": 512, "repetitions": 5}
 QUICK = {"width": 128, "layers": 4, "batch": 128, "repetitions": 2}
@@ -223,7 +221,7 @@ def _summarize(runs):
             "stash_ratio_1f1b_over_gpipe": {
                 str(m): max(rows["1f1b", m]["stashed_peak"]) / max(rows["gpipe", m]["stashed_peak"])
                 for m in MICRO_BATCHES},
-            "stash_ratio_target": {str(m): min(1.0, p / m) for m in MICRO_BATCHES},
+            "stash_ratio_p_over_m": {str(m): min(1.0, p / m) for m in MICRO_BATCHES},
         }
     return summary
 
@@ -234,9 +232,8 @@ def _summary_text(summary):
         lines.append(f"{p} stages: bubble vs (p-1)/(m+p-1) at m >= 4: measured within "
                      f"{100 * s['largest_gap_measured']:.1f} points, replayed within "
                      f"{100 * s['largest_gap_replayed']:.1f}, alone within "
-                     f"{100 * s['largest_gap_alone']:.1f} (target {100 * TARGET_POINTS:.0f}: "
-                     f"{'PASS' if s['largest_gap_alone'] <= TARGET_POINTS else 'MISS'}); "
-                     f"1F1B/GPipe stash peaks {s['stash_ratio_1f1b_over_gpipe']}")
+                     f"{100 * s['largest_gap_alone']:.1f}; 1F1B/GPipe stash peaks "
+                     f"{s['stash_ratio_1f1b_over_gpipe']} (p/m: {s['stash_ratio_p_over_m']})")
     return "\n".join(lines)
 
 

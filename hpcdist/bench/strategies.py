@@ -29,9 +29,9 @@ At 2 ranks, with torch installed, the torch row
 (:mod:`hpcdist.bench.strategies_torch`): steps per second of hpcdist's
 LocalSGD against torch's ``PostLocalSGDOptimizer`` + ``PeriodicModelAverager``.
 
-Targets (issue 16): local SGD within half a point of data parallelism's final
-accuracy at one sixth of its bytes to the target or less; hpcdist's LocalSGD
-at least 1.25x torch's local SGD (steps per second, 2 ranks).
+Summary: local SGD's final accuracy against data parallelism's and its
+share of data parallelism's bytes sent until the target accuracy; hpcdist's
+LocalSGD steps per second over torch's local SGD (2 ranks).
 """
 
 import argparse
@@ -55,9 +55,6 @@ N_FEATURES, N_HIDDEN, N_CLASSES = 32, 128, 10
 ALPHA_SECONDS = 5e-6
 BANDWIDTH_BYTES = 10e9 / 8
 MODEL_RANKS = (64, 1024)
-TARGET_BYTES_SHARE = 1 / 6
-TARGET_ACCURACY_GAP = 0.005
-TARGET_TORCH_RATIO = 1.25
 DEFAULTS = {"rows": 220_000, "batch": 64, "eval_every": 250, "epochs": 1,
             "torch_steps": 24, "repetitions": 5}
 QUICK = {"rows": 20_000, "batch": 64, "eval_every": 50, "epochs": 1, "torch_steps": 8,
@@ -237,15 +234,12 @@ def _summarize(runs):
     share = None
     if data_parallel["reached"] and local["reached"]:
         share = local["reached"]["bytes_sent"] / data_parallel["reached"]["bytes_sent"]
-    summary["local_sgd"] = {"accuracy_gap": gap, "bytes_share_to_target": share,
-                            "pass": bool(gap <= TARGET_ACCURACY_GAP and share is not None
-                                         and share <= TARGET_BYTES_SHARE)}
+    summary["local_sgd"] = {"accuracy_gap": gap, "bytes_share_to_target": share}
     torch_row = runs.get(2, {}).get("torch_row")
     if torch_row is not None:
         ratio = torch_row["ratio"]["hpcdist/torch"]
         summary["torch"] = {"ratio": ratio, "torch_model_ratio":
-                            torch_row["ratio"]["hpcdist torch model/torch"],
-                            "pass": bool(ratio >= TARGET_TORCH_RATIO)}
+                            torch_row["ratio"]["hpcdist torch model/torch"]}
     return summary
 
 
@@ -275,12 +269,11 @@ def _summary_text(summary):
     local = summary["local_sgd"]
     share = local["bytes_share_to_target"]
     lines.append(f"local SGD: {local['accuracy_gap'] * 100:+.2f} points below data parallel, "
-                 f"{'n/a' if share is None else f'{share:.3f}'} of its bytes to the target: "
-                 f"{'PASS' if local['pass'] else 'MISS'}")
+                 f"{'target not reached' if share is None else f'{share:.3f}'} of its bytes "
+                 "to the target")
     if "torch" in summary:
         lines.append(f"hpcdist LocalSGD / torch PostLocalSGD: {summary['torch']['ratio']:.2f}x "
-                     f"(torch model {summary['torch']['torch_model_ratio']:.2f}x): "
-                     f"{'PASS' if summary['torch']['pass'] else 'MISS'}")
+                     f"(torch model {summary['torch']['torch_model_ratio']:.2f}x)")
     return "\n".join(lines)
 
 

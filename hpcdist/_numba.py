@@ -33,9 +33,9 @@ import threading
 
 # GNU OpenMP workers (Numba's "omp" threading layer) spin after a parallel
 # region by default. Next to NumPy's OpenBLAS, whose idle threads spin too,
-# each side then waits for the other's threads to be descheduled: a short
-# parallel kernel took 2-7 ms instead of 0.1 ms on 2 cores (16 ms of a 31 ms
-# MLP step). Passive waiting avoids it. Set before Numba loads libgomp (at the
+# each side then waits for the other's threads to be descheduled, and a short
+# parallel kernel on a machine with few cores takes many times its own work.
+# Passive waiting avoids it. Set before Numba loads libgomp (at the
 # first parallel launch); a value the user set is kept.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 

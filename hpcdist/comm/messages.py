@@ -140,8 +140,7 @@ class MessageChannel:
         Waits by testing with short sleeps in between (see
         :data:`SEND_POLL_SLEEP`), not in a blocking MPI wait, which spins: with
         more ranks than cores, the receiver's services share the cores with
-        the senders (4 parameter-server workers on 2 cores: a 300 KiB push
-        round trip took 5.5 ms on average with blocking sends, 2.1 ms polled).
+        the senders, and a spinning sender takes the core the receiver needs.
         """
         request = self.isend(obj, dest, tag)
         pause = SEND_POLL_SLEEP
@@ -223,10 +222,10 @@ class ReceiveBuffers:
     refers to them any more (the arrays unpickled over them are gone).
 
     A fresh large buffer costs a page fault per page, each page zeroed by the
-    kernel: with 2 ranks on 2 cores a 64 MiB RPC round trip took 14 ms with a
-    new buffer per message and 9 ms with reused ones (an MPI ping-pong of
-    the same bytes: 7.7 ms). NumPy's allocator asks for transparent huge pages
-    for large blocks (``MPI.buffer.allocate``'s 4 KiB pages made it 150 ms).
+    kernel, a large part of a large message's round trip; a reused buffer
+    costs none. NumPy's allocator asks for transparent huge pages for large
+    blocks, where ``MPI.buffer.allocate``'s 4 KiB pages fault many times more
+    often.
 
     Parameters
     ----------

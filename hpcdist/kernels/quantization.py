@@ -77,8 +77,8 @@ def _qsgd_levels(x, lo, scale, levels, key, q):
     # the index is constant here and the loop runs on 32-bit lanes only; the
     # first multiply, (lo + i) * GOLDEN32 mod 2**32, becomes an add per element.
     # The level is computed in float32 (exact: at most `levels` < 2**24) and
-    # converted once: integer steps here were widened to 64-bit lanes, half as
-    # many per vector (this loop ran 2x slower).
+    # converted once: integer steps here would be widened to 64-bit lanes, half
+    # as many per vector.
     mixed = np.uint32(key ^ np.uint32(np.uint32(lo >> 32) * _M2))
     spread = np.uint32(np.uint32(lo & 0xFFFFFFFF) * GOLDEN32)
     top = np.float32(levels)
@@ -104,9 +104,8 @@ def _narrow(levels, q):
         q[i] = levels[i]
 
 
-#: elements per int32 scratch block (in L1): the hashing loop vectorises into
-#: the scratch, a second loop narrows it to int8/int16 (256 measured best of
-#: 128-65536 here: 12.8 ms against 13.3-22 for 16M float32 at one thread)
+#: elements per int32 scratch block (small enough to stay in L1): the hashing loop
+#: vectorises into the scratch, a second loop narrows it to int8/int16
 _SCRATCH = 256
 
 

@@ -81,8 +81,8 @@ def _unpack_range(packed, lo, scale, out, subtract):
     """``out`` (elements ``lo:lo + out.size``) set to, or decreased by, the signed scale.
 
     Whole bytes are read once for 8 elements (a chunk that does not start on
-    a byte boundary takes its first and last elements one by one): reading
-    a byte per element was 1.5x slower.
+    a byte boundary takes its first and last elements one by one), not once
+    per element.
     """
     s = out.dtype.type(scale)
     n = out.size

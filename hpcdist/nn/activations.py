@@ -32,7 +32,7 @@ class ReLU(Module):
         dtype, mask = cached(self, "_cache")
         xp = array_module(mask)
         g = check_grad_output("ReLU", grad_output, mask.shape, xp)
-        return (g * mask).astype(dtype, copy=False)  # 15x faster than where(mask, g, 0)
+        return (g * mask).astype(dtype, copy=False)  # a multiply: cheaper than where()
 
 
 class Tanh(Module):

@@ -120,7 +120,7 @@ class CrossEntropyLoss(_Loss):
                 f"logits have shape {tuple(logits.shape)}; expected target of "
                 f"shape ({n},), one class index per sample")
         z = logits.astype(compute_dtype(logits.dtype), copy=False)
-        if xp is np:  # one Numba pass (the array calls below cost ~50 us for small batches)
+        if xp is np:  # one Numba pass (the array calls below cost more for small batches)
             z, target = np.ascontiguousarray(z), np.ascontiguousarray(target)
             probs, losses = np.empty_like(z), np.empty(n, dtype=z.dtype)
             if softmax_cross_entropy(z, target, probs, losses) >= 0:

@@ -4,14 +4,14 @@ Every rank is a worker and a server. A parameter below ``slice_size``
 elements (default ``SLICE_THRESHOLD``, 2**20) lives on one rank (chosen from
 its name); a larger one is cut into one contiguous slice per rank, as ps-lite
 shards key ranges, so pushes and pulls of a large model spread over every
-rank's memory. (Measured with 4 ranks on 2 cores: a 77,000-element model cut
-into 4 slices took 100-300 ms per step, whole on one rank 6-11 ms: every
-slice is a message that a busy rank must answer.) A worker reaches a slice on another rank with
+rank's memory. A small parameter stays whole because every slice is a
+message that a busy rank must answer: cutting a small model into slices
+costs more in messages than it saves in memory. A worker reaches a slice on another rank with
 :func:`~hpcdist.rpc.rpc_async` (arrays travel as raw buffers) and its own
 slices with a plain call; the owner's RPC handler threads update the slice
 (:mod:`.ps_shard`), so no rank waits for another unless the mode says so.
 
-The loop (API.md section 10), the same in every mode::
+The training loop, the same in every mode::
 
     ps.set_parameters("w", w0)                  # collective, once per name
     for batch in batches:

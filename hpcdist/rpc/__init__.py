@@ -3,8 +3,9 @@
 ``init_rpc`` starts a service thread on every rank; ``rpc_sync``,
 ``rpc_async`` and ``remote`` run a function on another rank (a registered
 name or a picklable module-level callable), NumPy arrays travelling as raw
-MPI buffers. See README's "Remote procedure calls" for what the service
-trusts.
+MPI buffers. Calls and their arguments are pickled, and the service
+unpickles whatever the ranks of its own job send it: like ``torch.distributed.rpc``
+it trusts them, so run it only among processes you trust.
 """
 
 from .api import (

@@ -5,8 +5,8 @@ backward order) and start a nonblocking allreduce of each bucket as soon as
 it is full, so communication overlaps the rest of the backward pass;
 ``step()`` waits for the buckets and then steps. A gradient of at least
 ``DIRECT_BYTES`` is a bucket of its own and is reduced in its own memory
-(no copy: a copy of the 784-1024-1024-10 network's gradients cost 1.8-2.5 ms
-of a 14-18 ms backward pass here); smaller ones are copied into flat buckets
+(copying a large gradient costs a noticeable part of the backward pass);
+smaller ones are copied into flat buckets
 and each such parameter's ``grad`` becomes a view into its bucket. After
 ``synchronize()`` every ``grad`` holds the average.
 """

@@ -27,8 +27,8 @@ def bin_columns(X, edges, edge_offsets, out):
 
     ``edges[edge_offsets[f]:edge_offsets[f + 1]]`` are feature ``f``'s sorted
     bin edges, so ``bin <= t`` exactly when ``x <= edges[t]``. Counting every
-    edge below the value (at most 255) took about 10 ns a value here, a
-    binary search about 40 (its branches mispredicted).
+    edge below the value (at most 255) has no branches to mispredict, and so
+    beats a binary search.
     """
     n_rows = X.shape[0]
     for block in prange((n_rows + ROW_BLOCK - 1) // ROW_BLOCK):

@@ -35,7 +35,8 @@ NodeSplits = namedtuple("NodeSplits", ["feature", "bin", "score", "decrease", "l
 
 
 # A prange body reaches a record's arrays only inside a function it calls: writes through
-# a namedtuple's arrays directly in a prange body are lost (numba issues 5872, 7135).
+# a namedtuple's arrays directly in a prange body are lost (Numba's bugs
+# github.com/numba/numba/issues/5872 and /7135).
 
 @njit(**EXACT)
 def _add_node_rows(Xb, target, weights, rows, node_lo, node_hi, node_tree, k, layout, settings,

@@ -100,8 +100,8 @@ def best_threshold(cbins, cstats, k, total, criterion, min_leaf, left, right, be
     running sums of the left side.
 
     The running sums come first, then the candidates, which no longer depend
-    on each other, so the processor overlaps their divisions (a candidate
-    took about 100 cycles with the sums carried from one to the next). Gini's
+    on each other, so the processor overlaps their divisions (with the sums
+    carried from one candidate to the next, each waited for the last). Gini's
     score is written out here with the operations of :func:`_split_score`
     in the same order, so it rounds the same.
     """

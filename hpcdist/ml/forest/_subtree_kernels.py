@@ -74,7 +74,7 @@ def new_subtree_nodes(total, channels):
     Allocated by Numba, not NumPy: NumPy asks for transparent huge pages for
     blocks of 4 MiB and more, and each subtree's region, sized for its worst
     case (``2m - 1`` nodes) but a few percent used, then faulted in whole 2 MiB
-    pages (zeroed) where 4 KiB ones do; that was 9% of a fit's subtree growth.
+    pages (zeroed) where 4 KiB ones do, a noticeable share of a fit's time.
     """
     return SubtreeNodes(np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64),
                         np.empty(total, dtype=np.int64),
@@ -485,6 +485,6 @@ def grow_subtrees(Xb, target, rows, weights, tasks, settings, nodes, count):
     ``rows`` and ``weights`` are read only.
     """
     # the records are reached inside _grow_one only: writes through a namedtuple's arrays
-    # directly in a prange body are lost (numba issues 5872, 7135)
+    # directly in a prange body are lost (github.com/numba/numba/issues/5872 and /7135)
     for t in prange(tasks.lo.shape[0]):
         count[t] = _grow_one(Xb, target, rows, weights, tasks, t, settings, nodes)

@@ -4,7 +4,7 @@ Whole trees (the default on one rank, and on few ranks; :func:`training_rows`)
     Every rank's binned rows are gathered on every rank once per fit, and
     tree ``i`` of a batch grows whole on rank ``i % n_ranks``, depth first;
     one ``allgather`` shares the trees. No level-wise step and no exchange
-    of rows per batch: on 2 ranks this made a fit 1.15x faster. Chosen when
+    of rows per batch, so few ranks fit faster this way. Chosen when
     the gathered rows (``n_features + 8`` bytes each) take no more memory
     than a rank's share of the input as float64.
 

@@ -11,7 +11,7 @@ import hpcdist
 from hpcdist import exceptions
 from hpcdist.checkpoint import CheckpointCorruptError, CheckpointError
 
-# name -> the built-in (or hpcdist) bases API.md section 3 fixes
+# name -> the built-in (or hpcdist) bases the error contract fixes
 _BASES = {
     "HpcdistError": (Exception,),
     "CollectiveMismatchError": (hpcdist.HpcdistError, ValueError),
@@ -80,7 +80,7 @@ def _raised_built_ins(path):
 
 
 def test_hpcdist_raises_no_bare_built_in_exception():
-    """API.md section 3: every error raised on purpose is a public HpcdistError subclass."""
+    """Every error raised on purpose is a public HpcdistError subclass."""
     offenders = [f"{path.relative_to(_PACKAGE.parent)}:{line}: raise {name}"
                  for path in sorted(_PACKAGE.rglob("*.py"))
                  for line, name in _raised_built_ins(path)]

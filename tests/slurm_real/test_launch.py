@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slurm_cluster
 PROBE = ("python", "-m", "tests.slurm_real.placement")
 PROBE_ENV = {"PYTHONPATH": str(REPO_ROOT)}
 PLUGIN = {"wheels": "pmi2", "system": "pmix"}
-#: how soon a job with a killed rank must have ended (issue #27)
+#: how soon a job with a killed rank must have ended
 KILLED_RANK_DEADLINE = 10.0
 
 

@@ -121,7 +121,7 @@ def neighbor_allgather(x, *, ctx):
 
     Returns
     -------
-    array of shape (n_sources, *x.shape)
+    array of shape ``(n_sources, *x.shape)``
         The kind of array ``x`` is (a NumPy array for a scalar).
     """
     sources, destinations = graph_neighbors(ctx)

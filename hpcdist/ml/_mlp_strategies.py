@@ -114,7 +114,7 @@ class StrategyTraining:
             if adaptive is not None:
                 self.adaptive = AdaptiveBatchSize(*adaptive, ctx=ctx)
             if strategy is TrainingStrategy.FEDERATED:
-                options.setdefault("batch_size", max(1, int(estimator.batch_size) // ctx.size))
+                options.setdefault("batch_size", max(1, estimator._global_batch // ctx.size))
                 options.setdefault("seed", shared_seed(estimator.random_state, ctx, 2 ** 31))
             if strategy in _CLASSES:
                 self.strategy = _CLASSES[strategy](estimator.model_, estimator._optimizer,

@@ -2,10 +2,11 @@
 
 Each rank passes its own rows to ``fit(X, y)``. Every rank holds the whole
 model; a step runs forward and backward on a local batch (this rank's share
-of the global ``batch_size``) and :class:`hpcdist.DistributedDataParallel`
-averages the gradients, so N ranks train like one rank with the global
-batch. The data-parallel wrapper is made when training starts (after a fit,
-a load or unpickling alike): a pickled estimator holds the network without it.
+of the global ``batch_size``, see :mod:`hpcdist.ml._batches`) and
+:class:`hpcdist.DistributedDataParallel` averages the gradients, so N ranks
+train like one rank with the global batch. The data-parallel wrapper is made
+when training starts (after a fit, a load or unpickling alike): a pickled
+estimator holds the network without it.
 With ``strategy=`` other than ``"data_parallel"`` (or ``adaptive_batch=``),
 :mod:`hpcdist.ml._mlp_strategies` drives the training instead.
 """
@@ -20,9 +21,8 @@ from tqdm.auto import tqdm
 
 from .. import nn
 from .._checks import is_integer
-from .._partition import balanced_counts
 from ..comm import allreduce
-from ..comm.checks import agree, format_ranks, mark_raised_on_every_rank, validated_on_every_rank
+from ..comm.checks import agree, mark_raised_on_every_rank, validated_on_every_rank
 from ..compression.collective import checked_compression
 from ..exceptions import InvalidArgumentError
 from ..nn.optim import SGD, Adam
@@ -34,6 +34,7 @@ from ._base import (
     accepts_local_keywords,
     random_state_of,
 )
+from ._batches import batch_shares, global_batch_size
 from ._checkpointing import optimizer_from_tree, optimizer_to_tree
 from ._mlp_strategies import StrategyTraining, checked_strategy, own_rank_state, per_rank_state
 from ._scores import global_r2, row_weights
@@ -55,7 +56,7 @@ class _BaseMLP(DistributedEstimator):
                    "no_improvement", "n_features_in", "n_outputs", "dtype")
 
     def __init__(self, hidden_layer_sizes=(100,), *, activation="relu", solver="adam",
-                 learning_rate_init=1e-3, batch_size=256, max_iter=200, random_state=None,
+                 learning_rate_init=1e-3, batch_size="auto", max_iter=200, random_state=None,
                  strategy="data_parallel", compression=None, comm=None, verbose=0,
                  alpha=0.0, tol=1e-4, n_iter_no_change=10, bucket_size_mb=25.0,
                  strategy_options=None, adaptive_batch=None):
@@ -94,7 +95,12 @@ class _BaseMLP(DistributedEstimator):
                     f"{name}: {option}={value!r} is not supported; choose one "
                     f"of {sorted(choices)}")
         self._check_real("learning_rate_init", 0, strict=True)
-        for option in ("batch_size", "max_iter", "n_iter_no_change"):
+        if not (isinstance(self.batch_size, str) and self.batch_size == "auto"):
+            try:
+                self._check_int("batch_size", 1)
+            except InvalidArgumentError as error:
+                raise InvalidArgumentError(f"{error} or 'auto'") from None
+        for option in ("max_iter", "n_iter_no_change"):
             self._check_int(option, 1)
         for option in ("alpha", "tol"):
             self._check_real(option, 0)
@@ -115,20 +121,26 @@ class _BaseMLP(DistributedEstimator):
         return tuple(int(width) for width in layers)
 
     def _validate(self, X, y, ctx, fitted):
+        """This rank's checked rows and its share of every step's global batch.
+
+        Under plain data parallelism a rank may hold fewer rows than its share of
+        the batch, or none (others take the rest); a strategy whose ranks train
+        replicas between averages needs rows on every rank.
+        """
         name = f"{type(self).__name__}.fit"
+        own_rows = self._replicas_differ() or self.adaptive_batch is not None
         data = check_local_data(ctx, X, y, name=name, classification=self._classification,
                                 multi_output=not self._classification, y_required=True,
-                                n_features=self.n_features_in_ if fitted else None)
-        batch_shares = balanced_counts(int(self.batch_size), ctx.size)
-        short = [r for r, (n, b) in enumerate(zip(data.counts, batch_shares)) if n < b]
-        if short:  # the counts are every rank's: all raise
-            r = short[0]
+                                n_features=self.n_features_in_ if fitted else None,
+                                min_local_rows=1 if own_rows else 0)
+        if data.n_global == 0:  # the counts are every rank's: all raise
             raise mark_raised_on_every_rank(InvalidArgumentError(
-                f"{name}: {format_ranks(short)} got {data.counts[r]} sample(s) (n_samples="
-                f"{data.n_global} over all ranks), fewer than its share {batch_shares[r]} of "
-                f"batch_size={self.batch_size} over {ctx.size} ranks; lower batch_size or "
-                "give every rank more rows"))
-        return data, batch_shares
+                f"{name}: Found array with 0 sample(s) over all {ctx.size} rank(s) while a "
+                "minimum of 1 is required; pass some rows"))
+        # the user's call: _validate < fit < the keyword renaming < the caller
+        self._global_batch = global_batch_size(self.batch_size, data.n_global, name,
+                                               stacklevel=4)
+        return data, batch_shares(self._global_batch, data.counts)
 
     # -- model ------------------------------------------------------------------------
     def _network(self, architecture, dtype, seed):
@@ -321,13 +333,13 @@ class _BaseMLP(DistributedEstimator):
             self.model_.train()
             return self._epoch_done(training.epoch(X, targets, n_global, seed))
         local_batch = shares[ctx.rank]
-        steps = -(-n_global // int(self.batch_size))
+        steps = -(-n_global // self._global_batch)
         rng = np.random.default_rng(seed)
         needed = steps * local_batch
-        order = np.concatenate([rng.permutation(len(X))
-                                for _ in range(-(-needed // len(X)))])[:needed]
+        order = np.concatenate([rng.permutation(len(X)) for _ in range(-(-needed // len(X)))]
+                               if needed else [np.zeros(0, dtype=np.intp)])[:needed]
         # weight so that the average over ranks is the mean over the global batch
-        weight = local_batch * ctx.size / int(self.batch_size)
+        weight = local_batch * ctx.size / self._global_batch
         optimizer, criterion = self._optimizer, self._criterion
         network, step_function = ((self.model_, training.step_function()) if training else
                                   (self._data_parallel(ctx), optimizer.step))
@@ -336,7 +348,9 @@ class _BaseMLP(DistributedEstimator):
         for step in range(steps):
             rows = order[step * local_batch:(step + 1) * local_batch]
             optimizer.zero_grad()
-            loss_sum += float(criterion(network(X[rows]), targets[rows])) * local_batch
+            with np.errstate(invalid="ignore", divide="ignore"):  # no row here: a NaN mean
+                loss = float(criterion(network(X[rows]), targets[rows]))
+            loss_sum += loss * local_batch if local_batch else 0.0
             network.backward(criterion.backward() * weight)
             step_function()
             self.t_ += 1
@@ -457,8 +471,13 @@ class MLPClassifier(DistributedClassifierMixin, _BaseMLP):
     solver : {"adam", "sgd"}, default="adam"
         ``"sgd"`` uses momentum 0.9 with Nesterov, like scikit-learn.
     learning_rate_init : float, default=1e-3
-    batch_size : int, default=256
-        The *global* batch: each rank takes its balanced share per step.
+    batch_size : int or "auto", default="auto"
+        The *global* batch: ``"auto"`` is ``min(200, n_samples)`` over all ranks
+        (scikit-learn's rule), and a larger ``batch_size`` than all ranks' rows
+        is clipped to them with a warning. Each rank takes its balanced share
+        per step, never more than its rows (ranks with rows to spare take the
+        rest); gradients are weighted by the shares, so a step follows the mean
+        over the global batch.
     max_iter : int, default=200
         Epochs (over the global data).
     random_state : int in [0, 2**32 - 1], RandomState, Generator or None
@@ -475,7 +494,7 @@ class MLPClassifier(DistributedClassifierMixin, _BaseMLP):
     strategy_options : dict, optional
         Options of the strategy, e.g. ``{"period": 8}`` for ``"local_sgd"``
         (the strategy class's keyword arguments; ``"federated"``'s
-        ``batch_size`` defaults to ``batch_size // n_ranks`` and its ``seed``
+        ``batch_size`` defaults to the global batch // n_ranks and its ``seed``
         to one drawn from ``random_state``).
     adaptive_batch : (int, int), optional
         ``(min_batch, max_batch)``: with ``"data_parallel"``, the global batch
@@ -526,8 +545,9 @@ class MLPClassifier(DistributedClassifierMixin, _BaseMLP):
             self.classes_ = data.classes() if classes is None else classes
             if len(self.classes_) < 2:  # the classes of all ranks: all raise
                 raise mark_raised_on_every_rank(InvalidArgumentError(
-                    f"MLPClassifier.fit: all ranks together have only the "
-                    f"label(s) {self.classes_.tolist()}; need at least 2 classes"))
+                    f"MLPClassifier.fit: all ranks together have only one class, "
+                    f"{self.classes_.tolist()}, in n_samples={data.n_global}; need at least 2 "
+                    "classes"))
         elif classes is not None and not np.array_equal(classes, self.classes_):
             raise InvalidArgumentError(
                 f"MLPClassifier.partial_fit: classes={classes.tolist()} is not "
@@ -584,7 +604,7 @@ class MLPRegressor(RegressorMixin, _BaseMLP):
             raise InvalidArgumentError(
                 f"MLPRegressor.partial_fit: classes={classes!r} is for classifiers; "
                 "a regressor has none")
-        y = data.y.reshape(len(data.y), -1).astype(data.X.dtype, copy=False)
+        y = (data.y[:, None] if data.y.ndim == 1 else data.y).astype(data.X.dtype, copy=False)
         if first_call:
             self.n_outputs_ = y.shape[1]
             self.n_features_in_ = data.n_features

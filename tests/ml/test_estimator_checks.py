@@ -11,8 +11,7 @@ No check is excused: the estimators pass all of them serially and at 2 ranks,
 so ``expected_failed_checks`` is not needed (a check that could only fail for
 a reason of distributed training would be listed there with that reason).
 The settings keep the checks fast: few trees, a small network trained for few
-epochs on small batches (``batch_size=8``: each rank's share must not exceed
-the 10 rows some checks fit on).
+epochs on small batches (``batch_size=8``).
 """
 from unittest import SkipTest
 

@@ -138,12 +138,6 @@ def test_infinity_in_X():
     expect_error(ValueError, MLPClassifier((4,), batch_size=8).fit, X, y, match=r"infinity")
 
 
-def test_too_few_samples_for_the_batch():
-    X, y = _data(rows=10)
-    expect_error(ValueError, MLPClassifier((4,), batch_size=64 * hpcdist.get_world_size()).fit,
-                 X, y, match=[r"fewer than its share", r"batch_size="])
-
-
 _SIZES = r"should be a non-empty tuple of integers >= 1"
 
 
@@ -273,6 +267,5 @@ test_synchronize_model_averages_weights_mpi = mpi_twin(test_synchronize_model_av
 test_verbose_shows_progress_on_rank_0_mpi = mpi_twin(test_verbose_shows_progress_on_rank_0)
 test_nan_in_X_on_one_rank_mpi = mpi_twin(test_nan_in_X_on_one_rank)
 test_infinity_in_X_mpi = mpi_twin(test_infinity_in_X)
-test_too_few_samples_for_the_batch_mpi = mpi_twin(test_too_few_samples_for_the_batch)
 test_bad_hyperparameters_mpi = mpi_twin(test_bad_hyperparameters)
 test_single_class_is_an_error_mpi = mpi_twin(test_single_class_is_an_error)

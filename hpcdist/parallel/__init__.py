@@ -26,8 +26,9 @@ from .local_sgd import LocalSGD
 from .parameter_server import ParameterServer
 from .pipeline import Pipeline
 from .ps_training import ParameterServerTraining
+from .sharded import ShardedDataParallel
 
 __all__ = ["DistributedDataParallel", "DDP", "LocalSGD", "ElasticAveraging", "GossipSGD",
            "FederatedAveraging", "AdaptiveBatchSize", "TrainingStrategy", "AggregationMethod",
            "DivergenceError", "balance_workload", "Pipeline", "ParameterServer",
-           "ParameterServerTraining"]
+           "ParameterServerTraining", "ShardedDataParallel"]

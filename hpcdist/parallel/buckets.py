@@ -11,7 +11,7 @@ import numpy as np
 
 from ..nn.module import array_module
 
-__all__ = ["Bucket", "assign_buckets"]
+__all__ = ["Bucket", "assign_buckets", "bucket_groups"]
 
 
 class Bucket:
@@ -103,6 +103,19 @@ def assign_buckets(named_parameters, bucket_bytes):
     list of Bucket
         In launch order.
     """
+    return [Bucket(index, entries)
+            for index, entries in enumerate(bucket_groups(named_parameters, bucket_bytes))]
+
+
+def bucket_groups(named_parameters, bucket_bytes):
+    """The grouping of :func:`assign_buckets`, without allocating buffers.
+
+    Returns
+    -------
+    list of list of (str, Parameter)
+        In launch order (reverse registration order), each group of one dtype
+        and array module and at most ``bucket_bytes`` (or one parameter).
+    """
     groups = []
     current, current_bytes, current_kind = [], 0, None
     for name, parameter in reversed(named_parameters):
@@ -116,4 +129,4 @@ def assign_buckets(named_parameters, bucket_bytes):
         current_kind = kind
     if current:
         groups.append(current)
-    return [Bucket(index, entries) for index, entries in enumerate(groups)]
+    return groups

@@ -34,7 +34,7 @@ from ..nn.module import Module, array_module
 from ._checks import checked_bucket_size
 from .buckets import assign_buckets
 
-__all__ = ["DistributedDataParallel", "DDP"]
+__all__ = ["DistributedDataParallel", "DDP", "sync_buffers"]
 
 _MEBIBYTE = 1024 * 1024
 
@@ -128,6 +128,17 @@ class DistributedDataParallel(Module):
         self._in_flight = []
         self._thread = (self.ctx.communication_thread()
                         if progress_thread and self.ctx.size > 1 else None)
+        self.ctx.on_recovery(self._after_recovery)
+
+    def _after_recovery(self):
+        """The context recovered from a lost rank: drop the reductions in flight then
+        (they failed) and follow the new size."""
+        for bucket in self.buckets:
+            bucket.reset()
+        self._in_flight = []
+        self._next_launch = 0
+        if self.ctx.size == 1:
+            self._thread = None
 
     # -- set-up --------------------------------------------------------------------------
     def _broadcast_state(self, named):
@@ -138,33 +149,7 @@ class DistributedDataParallel(Module):
         self._sync_buffers()
 
     def _sync_buffers(self):
-        """Rank 0's buffers on every rank, coalesced: one broadcast per kind of
-        array (array type and dtype; 0-d arrays included), filled back in place,
-        and one object broadcast for buffers that are not arrays."""
-        groups, others = {}, []
-        for module in self.module.modules():
-            for name, value in module._buffers.items():
-                if hasattr(value, "shape") and hasattr(value, "dtype"):
-                    groups.setdefault((type(value), np.dtype(value.dtype)), []).append(value)
-                elif value is not None:
-                    others.append((module, name))
-        is_root = self.ctx.rank == 0
-        for (_, dtype), arrays in groups.items():
-            xp = array_module(arrays[0])
-            if is_root:
-                flat = xp.concatenate([a.reshape(-1) for a in arrays])
-            else:
-                flat = xp.empty(sum(a.size for a in arrays), dtype=dtype)
-            broadcast(flat, root=0, ctx=self.ctx, shape_known=True)
-            if not is_root:
-                offset = 0
-                for a in arrays:
-                    a[...] = flat[offset:offset + a.size].reshape(a.shape)
-                    offset += a.size
-        if others:
-            values = broadcast_object([m._buffers[n] for m, n in others], root=0, ctx=self.ctx)
-            for (module, name), value in zip(others, values):
-                module._buffers[name] = value
+        sync_buffers(self.module, self.ctx)
 
     # -- computation ---------------------------------------------------------------------
     def forward(self, *args, **kwargs):
@@ -261,6 +246,36 @@ class DistributedDataParallel(Module):
 
 
 DDP = DistributedDataParallel
+
+
+def sync_buffers(module, ctx):
+    """Rank 0's buffers of ``module`` on every rank, coalesced: one broadcast per kind of
+    array (array type and dtype; 0-d arrays included), filled back in place,
+    and one object broadcast for buffers that are not arrays."""
+    groups, others = {}, []
+    for sub in module.modules():
+        for name, value in sub._buffers.items():
+            if hasattr(value, "shape") and hasattr(value, "dtype"):
+                groups.setdefault((type(value), np.dtype(value.dtype)), []).append(value)
+            elif value is not None:
+                others.append((sub, name))
+    is_root = ctx.rank == 0
+    for (_, dtype), arrays in groups.items():
+        xp = array_module(arrays[0])
+        if is_root:
+            flat = xp.concatenate([a.reshape(-1) for a in arrays])
+        else:
+            flat = xp.empty(sum(a.size for a in arrays), dtype=dtype)
+        broadcast(flat, root=0, ctx=ctx, shape_known=True)
+        if not is_root:
+            offset = 0
+            for a in arrays:
+                a[...] = flat[offset:offset + a.size].reshape(a.shape)
+                offset += a.size
+    if others:
+        values = broadcast_object([m._buffers[n] for m, n in others], root=0, ctx=ctx)
+        for (sub, name), value in zip(others, values):
+            sub._buffers[name] = value
 
 
 def _fresh_copy(compressor):

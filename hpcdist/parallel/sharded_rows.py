@@ -1,0 +1,94 @@
+"""Which rows of each parameter a rank owns under sharded data parallelism (private).
+
+Every trainable parameter is split along its first axis into one balanced,
+contiguous block of rows per rank (the first ``rows % size`` ranks get one row
+more; a rank may own none), the split :class:`hpcdist.checkpoint.Sharded`
+entries restore into at any number of ranks. A 0-d parameter counts as one
+row. Splitting each parameter (rather than one flat buffer of all of them)
+keeps every block a contiguous view of its parameter, so reduce-scatter and
+allgather work on the parameters' own memory, and a checkpoint entry is the
+parameter's own shape.
+"""
+
+import numpy as np
+
+from .._partition import balanced_counts
+from ..nn.module import Parameter
+
+__all__ = ["RowShard", "released", "is_released", "bytes_held"]
+
+
+class RowShard:
+    """This rank's rows of one parameter, as a :class:`Parameter` the optimizer steps.
+
+    Parameters
+    ----------
+    name : str
+        The parameter's dotted name in the module.
+    parameter : Parameter
+        The module's parameter (its whole shape).
+    size, rank : int
+        The number of ranks and this rank.
+
+    Attributes
+    ----------
+    counts : list of int
+        Rows of each rank's block.
+    start, stop : int
+        This rank's rows.
+    piece : Parameter
+        This rank's block, of shape ``(stop - start,) + shape[1:]``; the
+        optimizer's parameter in place of ``parameter``.
+    """
+
+    def __init__(self, name, parameter, size, rank):
+        self.name = name
+        self.parameter = parameter
+        self.shape = tuple(parameter.shape)
+        self.dtype = parameter.dtype
+        self.row_shape = self.shape[1:] if self.shape else ()
+        self.counts = balanced_counts(self.shape[0] if self.shape else 1, size)
+        self.start = sum(self.counts[:rank])
+        self.stop = self.start + self.counts[rank]
+        self.piece = Parameter(self.rows_of(parameter.data), requires_grad=True)
+
+    @property
+    def row_elements(self):
+        return int(np.prod(self.row_shape, dtype=np.int64))
+
+    def as_rows(self, array):
+        """``array`` (of the parameter's shape) viewed with rows first (0-d: one row)."""
+        return array.reshape((-1,) + self.row_shape) if not self.shape else array
+
+    def rows_of(self, array):
+        """This rank's rows of ``array`` (a view)."""
+        if not self.shape:
+            return array.reshape(1)[self.start:self.stop]
+        return array[self.start:self.stop]
+
+    def whole(self, gathered):
+        """The gathered rows as an array of the parameter's shape."""
+        return gathered.reshape(self.shape)
+
+    def accumulate_piece_grad(self, reduced):
+        """Add a reduced block of rows to the piece's gradient."""
+        piece = self.piece
+        if piece.grad is None:
+            piece.grad = reduced.reshape(piece.shape)
+        else:
+            piece.grad += reduced.reshape(piece.shape)
+
+
+def released(parameter_shape, dtype, xp=np):
+    """A stand-in for a released parameter: its shape and dtype, no memory (read-only)."""
+    return xp.broadcast_to(xp.zeros((), dtype=dtype), parameter_shape)
+
+
+def is_released(array):
+    """Whether ``array`` is a stand-in made by :func:`released`."""
+    return not array.flags.writeable and not any(array.strides)
+
+
+def bytes_held(array):
+    """Bytes of memory ``array`` holds (0 for none or a released stand-in)."""
+    return 0 if array is None or is_released(array) else int(array.nbytes)

@@ -7,6 +7,7 @@ import h5py
 import numpy as np
 import pytest
 
+from hpcdist.cli import summary
 from hpcdist.cli.summary import main as summary_main
 from hpcdist.data import make_classification
 from tests.helpers import mpiexec_path, subprocess_env
@@ -128,10 +129,10 @@ def test_help_documents_every_option_with_its_default(tmp_path):
 
 def test_summary_table_puts_hpcdist_next_to_sklearn(tmp_path, capsys):
     reports = [
-        {"model": "mlp", "estimator": "MLPClassifier", "ranks": 2, "seconds": 0.5,
+        {"model": "mlp", "estimator": "MLPClassifier", "ranks": 2, "rows": 1347, "seconds": 0.5,
          "test_accuracy": 0.9777, "sklearn": {"seconds": 0.25, "test_accuracy": 0.9733}},
-        {"model": "kmeans", "estimator": "KMeans", "ranks": 2, "seconds": 1.0,
-         "inertia": 123.0},
+        {"model": "kmeans", "estimator": "KMeans", "ranks": 2, "rows": 160000, "seconds": 1.0,
+         "inertia": 123.0, "test_inertia": 3199862.97},
     ]
     paths = []
     for index, report in enumerate(reports):
@@ -139,9 +140,24 @@ def test_summary_table_puts_hpcdist_next_to_sklearn(tmp_path, capsys):
         path.write_text(json.dumps(report))
         paths.append(str(path))
     assert summary_main(paths) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["model", "estimator", "ranks", "metric", "hpcdist", "seconds",
-                                "scikit-learn", "seconds"]
-    assert lines[2].split() == ["mlp", "MLPClassifier", "2", "test_accuracy", "0.9777", "0.50",
-                                "0.9733", "0.25"]
-    assert lines[3].split() == ["kmeans", "KMeans", "2", "inertia", "123", "1.00", "-", "-"]
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert [cell.strip() for cell in lines[0].split("  ") if cell.strip()] == [
+        "model", "train rows", "held-out metric", "hpcdist", "scikit-learn", "fit s hpcdist",
+        "fit s scikit-learn", "hpcdist speed"]
+    assert lines[2].split() == ["mlp", "1,347", "accuracy", "(higher", "is", "better)",
+                                "0.9777", "0.9733", "0.50", "0.25", "0.50x"]
+    assert lines[3].split() == ["kmeans", "160,000", "inertia", "(lower", "is", "better)",
+                                "3,199,863", "-", "1.00", "-", "-"]
+    assert "2 MPI rank(s) on a machine with" in out and "n_jobs=-1" in out
+    for word in ("PASS", "MISS", "target", "!"):
+        assert word not in out, word
+
+
+def test_summary_says_when_other_work_shared_the_cores(monkeypatch):
+    reports = [{"model": "mlp", "ranks": 2, "rows": 10, "seconds": 1.0, "test_accuracy": 0.5}]
+    monkeypatch.setattr(summary.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(summary.os, "getloadavg", lambda: (7.5, 7.0, 6.0))
+    assert "load average 7.5 on 2 cores" in summary.setting_notes(reports)[-1]
+    monkeypatch.setattr(summary.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    assert not any("load average" in line for line in summary.setting_notes(reports))

@@ -17,7 +17,8 @@ from .calls import (
     resolve_receiver,
     spec_of,
 )
-from .checks import agree, format_ranks, shared_error_type
+from .agreement import Described, agree_config
+from .checks import agree, format_ranks, mark_raised_on_every_rank, shared_error_type
 from .dtypes import dtype_code, dtype_from_code
 from .headers import (
     BAD_INPUT,
@@ -319,8 +320,10 @@ def allgather(x, axis=0, *, counts=None, ctx):
         and the dtype must agree. A scalar counts as a 1-element array.
     axis : int, default=0
     counts : sequence of int, optional
-        Every rank's size along ``axis`` when known: skips the exchange of
-        sizes (one message fewer).
+        Every rank's size along ``axis`` when known, the same list on every
+        rank. It is checked on every rank through the agreement check (16
+        bytes a rank), so a rank whose rows do not match its count, or a list
+        that differs across ranks, raises on every rank.
     ctx : Context
 
     Returns
@@ -333,13 +336,10 @@ def allgather(x, axis=0, *, counts=None, ctx):
     if axis != 0 or not data.ndim:
         data, axis = _rows_first(call, axis, "allgather")
     rows = data.shape[0]
-    # every count equal to this rank's rows (the common case: an equal split) needs no more
-    # (list.count also finds True for 1 and False for 0: for those rows the types must be int)
-    equal = (counts is not None and type(counts) is list and len(counts) == ctx.size
-             and counts.count(rows) == ctx.size
-             and (rows > 1 or [*map(type, counts)].count(int) == ctx.size))
-    if counts is not None and not equal:
+    equal = False
+    if counts is not None:
         counts = gather_counts(counts, rows, axis, ctx, "allgather")
+        equal = counts.count(rows) == ctx.size
     if ctx.check:
         agree(ctx, "allgather", _describe_except(data, axis), f"axis={axis}")
     start = ctx._begin("allgather", call)
@@ -363,12 +363,24 @@ def allgather(x, axis=0, *, counts=None, ctx):
 
 
 def gather_counts(counts, rows, axis, ctx, name):
-    """A gather's ``counts`` (every rank's size along ``axis``) checked on this rank: whole
-    non-negative numbers, one per rank, this rank's equal to its ``rows``."""
-    counts = validate_counts(counts, ctx.size, None, name)
-    if counts[ctx.rank] != rows:
-        raise InvalidArgumentError(f"{name}: counts[{ctx.rank}]={counts[ctx.rank]} but rank "
-                                   f"{ctx.rank} passed {rows} along axis={axis}")
+    """Collective: a gather's ``counts`` (every rank's size along ``axis``) checked on
+    every rank: whole non-negative numbers, one per rank, each rank's equal to its
+    ``rows``, and the same list on every rank. A mistake on one rank raises on every
+    rank (one agreement check, paid on the ``counts=`` path only)."""
+    mistake = None
+    try:
+        counts = validate_counts(counts, ctx.size, None, name)
+        if counts[ctx.rank] != rows:
+            raise InvalidArgumentError(
+                f"{name}: counts[{ctx.rank}]={counts[ctx.rank]} but rank {ctx.rank} passed "
+                f"{rows} along axis={axis}; pass each rank's size along axis={axis}, the same "
+                "list on every rank")
+    except InvalidArgumentError as error:
+        mistake = error
+    agree_config(ctx, name, {"counts": counts if mistake is None else Described(
+        f"a mistake ({mistake})")})
+    if mistake is not None:  # the same mistake on every rank: each raises its own
+        raise mark_raised_on_every_rank(mistake)
     return counts
 
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from .._partition import balanced_counts, offsets_of, validate_counts
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
+from .agreement import Described, agree_config
 from .calls import (
     DEVICE_DIRECT,
     DEVICE_STAGED,
@@ -17,7 +18,6 @@ from .calls import (
     resolve_receiver,
     spec_of,
 )
-from .agreement import Described, agree_config
 from .checks import agree, format_ranks, mark_raised_on_every_rank, shared_error_type
 from .dtypes import dtype_code, dtype_from_code
 from .headers import (

@@ -123,11 +123,11 @@ def example_file(path):
 
 
 def documentation_files():
-    """Every rst page of docs/ (generated pages excluded)."""
+    """README.rst and every rst page of docs/ (generated pages excluded)."""
     skip = {"_build", "performance", "generated"}
     pages = [p for p in sorted(DOCS.rglob("*.rst"))
              if not skip & set(p.relative_to(DOCS).parts)]
-    return pages
+    return [REPO_ROOT / "README.rst", *pages]
 
 
 def all_examples():

@@ -23,7 +23,7 @@ import numpy as np
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["Compressor", "validate_ratio", "validate_positive_int", "call_seed", "kernel_input",
-           "is_float_dtype", "kernel_dtype", "finish"]
+           "is_float_dtype", "kernel_dtype", "finish", "settings_text"]
 
 _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)  # a float too
 
@@ -68,6 +68,18 @@ def call_seed(seed, name, step):
     mixed = (int(seed) * 0x9E3779B1 + zlib.crc32(str(name).encode()) * 0x85EBCA77
              + int(step) * 0xC2B2AE3D)
     return mixed % (2 ** 63)
+
+
+def settings_text(compressor):
+    """The settings of ``compressor`` that every rank must share, as text: its repr
+    (type and parameters) without what is meant to differ by rank (QSGD's seed)."""
+    own = getattr(compressor, "_agreed_text", None)
+    if callable(own):
+        return own()
+    kind = type(compressor)
+    if kind.__repr__ is object.__repr__:  # a repr holding a memory address differs by rank
+        return f"{kind.__module__}.{kind.__qualname__}"
+    return repr(compressor)
 
 
 class Compressor:

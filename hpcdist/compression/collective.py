@@ -1,15 +1,20 @@
 """compressed_allreduce: combine every rank's compressed array."""
 
+import weakref
+
 import numpy as np
 
 from ..comm import allgather, allreduce, resolve_context
+from ..comm.agreement import Described, agree_config
 from ..comm.ops import check_op_for_dtype
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
-from .base import finish, kernel_dtype
+from .base import finish, kernel_dtype, settings_text
 
 __all__ = ["compressed_allreduce", "checked_compression"]
 
 _OPS = ("mean", "sum")
+#: compressor -> the tensor names whose settings every rank agreed on (checked once a name)
+_AGREED = weakref.WeakKeyDictionary()
 _COMPRESSOR_EXAMPLES = ("hpcdist.compression.FP16Compressor(), TopKCompressor(0.01), "
                         "PowerSGDCompressor(rank=1) or ErrorFeedback(SignCompressor())")
 
@@ -36,6 +41,25 @@ def _parse_op(op):
     if text not in _OPS:
         raise InvalidArgumentError(f"compressed_allreduce: op={op!r} should be 'mean' or 'sum'")
     return text
+
+
+def _agree_on_first_use(compressor, x, name, op, ctx):
+    """Collective at a name's first call: compare the compressor's settings (its type and
+    parameters, e.g. a random-k seed or a PowerSGD rank), the name, op, dtype and shape
+    across ranks through the agreement check; later calls of the name cost nothing."""
+    if ctx.size == 1:
+        return
+    try:
+        agreed = _AGREED.setdefault(compressor, set())
+    except TypeError:  # a compressor that takes no weak reference: checked at every call
+        agreed = set()
+    if name in agreed:
+        return
+    agree_config(ctx, "compressed_allreduce", {
+        "compressor": Described(settings_text(compressor)), "name": name, "op": op,
+        "array": Described(f"{np.dtype(x.dtype)}{list(np.shape(x))}")},
+        fix="pass the same compressor settings, names and arrays on every rank")
+    agreed.add(name)
 
 
 def _nbytes(payload):
@@ -117,7 +141,10 @@ def compressed_allreduce(x, compressor, *, name, op="mean", ctx=None):
     name : str
         The tensor's name; the compressor keeps per-name state (residuals,
         warm starts, seeds). Use the same names in the same order on every
-        rank.
+        rank. A name's first call compares the compressor's settings, the
+        name, ``op`` and the array's dtype and shape across ranks (the
+        agreement check: a difference raises ``ConfigMismatchError`` on every
+        rank); the compressors refuse a name later given another shape.
     op : {"mean", "sum"}, default="mean"
     ctx : Context, optional
 
@@ -139,6 +166,7 @@ def compressed_allreduce(x, compressor, *, name, op="mean", ctx=None):
     op = _parse_op(op)
     collective = checked_compression("compressed_allreduce", compressor).collective
     check_op_for_dtype(op, np.dtype(x.dtype))  # the mean of integers: as hpcdist.allreduce
+    _agree_on_first_use(compressor, x, name, op, ctx)
     payload, meta = compressor.compress(x, name)
     start = ctx._begin("compressed_allreduce")
     if collective == "allreduce":

@@ -3,7 +3,7 @@ import numpy as np
 
 from .. import kernels
 from ..exceptions import InvalidArgumentTypeError
-from .base import Compressor, kernel_dtype
+from .base import Compressor, kernel_dtype, settings_text
 from .powersgd import PowerSGDCompressor
 
 __all__ = ["ErrorFeedback"]
@@ -44,6 +44,10 @@ class ErrorFeedback(Compressor):
 
     def __repr__(self):
         return f"ErrorFeedback({self.compressor!r})"
+
+    def _agreed_text(self):
+        """The settings every rank must share: those of the wrapped compressor."""
+        return f"ErrorFeedback({settings_text(self.compressor)})"
 
     def residual(self, name):
         """The residual ``e`` of ``name`` (1-D, kernel dtype), or None before its first call."""

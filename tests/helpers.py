@@ -219,16 +219,26 @@ def run_mpi_script(code, tmp_path, *, n=2, timeout=90, name="job.py", **env):
     and stderr together. A job still running after ``timeout`` seconds is
     killed (its whole process group) and reported as a hang (AssertionError).
     """
-    import signal
-    import subprocess
     import textwrap
-    import time
 
     script = Path(tmp_path) / name
     script.write_text(textwrap.dedent(code))
     cmd = [mpiexec_path(), "-n", str(n), sys.executable, str(script)]
+    return run_command(cmd, subprocess_env(**env), tmp_path, timeout)
+
+
+def run_command(cmd, env, cwd, timeout):
+    """Run ``cmd`` (a job launcher) in its own session; ``(returncode, seconds, output)``.
+
+    A job still running after ``timeout`` seconds is killed (its whole
+    process group) and reported as a hang (AssertionError).
+    """
+    import signal
+    import subprocess
+    import time
+
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, env=subprocess_env(**env), cwd=str(tmp_path),
+    proc = subprocess.Popen(cmd, env=env, cwd=str(cwd),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True,
                             start_new_session=True)

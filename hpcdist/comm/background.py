@@ -67,6 +67,16 @@ class CommunicationThread:
                 except BaseException as error:  # noqa: BLE001 - handed to the waiter
                     future.set_exception(error)
 
+    def restart(self):
+        """After a recovery from a lost rank: end the thread (the calls submitted before
+        the loss have failed by then) and start a new one on the recovered context."""
+        self.close()
+        on_gpu = self.ctx.device.startswith("cuda:")
+        device = self.ctx.xp.cuda.Device(int(self.ctx.device[5:])) if on_gpu else None
+        self._thread = threading.Thread(target=self._run, args=(device,), daemon=True,
+                                        name=f"hpcdist-communication-{self.ctx.rank}")
+        self._thread.start()
+
     def close(self):
         """Run the calls already submitted, then end the thread."""
         if self._thread.is_alive():

@@ -3,6 +3,8 @@
 from contextlib import contextmanager
 
 from ..exceptions import CollectiveMismatchError, HpcdistError
+from .faults import raise_if_rank_failed
+from .mpi import MPI
 
 __all__ = ["agree", "format_ranks", "raise_on_every_rank", "validated_on_every_rank",
            "shared_error_type", "mark_raised_on_every_rank", "raised_on_every_rank",
@@ -32,11 +34,16 @@ def watched(ctx, name):
     """Mark ``name`` in flight on ``ctx`` for the stall watchdog while the block runs, for
     an exchange on the private communicator outside any collective (not counted in the
     statistics): a rank that died leaves the others waiting there too, and the watchdog
-    must see them to end the job. The mark in place before is restored afterwards."""
+    must see them to end the job. The mark in place before is restored afterwards. With
+    fault tolerance on, a lost rank met in the block raises
+    :class:`~hpcdist.exceptions.RankFailedError`."""
     previous = ctx._inflight
     ctx._begin(name)
     try:
         yield
+    except MPI.Exception as exc:
+        raise_if_rank_failed(ctx, exc, name)
+        raise
     finally:
         ctx._inflight = previous
 

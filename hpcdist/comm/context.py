@@ -8,6 +8,7 @@ context (:mod:`hpcdist.comm.default`).
 """
 
 import time
+import weakref
 
 from .._checks import check_int, is_integer
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
@@ -17,6 +18,7 @@ from .calls import Call, describe
 from .checks import validated_on_every_rank, watched
 from .devices import detect_cuda_aware, select_device
 from .dtypes import load_datatypes
+from .faults import raise_if_rank_failed, revoke
 from .mpi import MPI
 from .staging import StagingPool
 from .threads import reserve_core_for_communication
@@ -68,6 +70,8 @@ class Context:
         See :func:`hpcdist.init`.
     check : bool, default=False
         Verify before each collective that all ranks agree on its arguments.
+    fault_tolerance : {None, "shrink", "respawn"}, default=None
+        See :func:`hpcdist.init`; a derived context has its parent's.
 
     Attributes
     ----------
@@ -86,28 +90,30 @@ class Context:
         Cross-rank agreement checks on (set the same value on every rank).
     cuda_aware : bool
         Whether device arrays go to MPI directly (else through host staging).
+    fault_tolerance : None or str
+        ``"shrink"`` or ``"respawn"`` when a lost rank raises
+        :class:`~hpcdist.exceptions.RankFailedError` (ULFM), else None.
     staging : StagingPool
         The reusable host buffers for device arrays.
     """
 
-    def __init__(self, comm, *, device="auto", check=False):
+    def __init__(self, comm, *, device="auto", check=False, fault_tolerance=None, _root=None):
         load_datatypes()
-        self.comm = comm
-        self.rank = comm.Get_rank()
-        self.size = comm.Get_size()
-        self._topology = detect_topology(comm)
-        topology = self._topology
-        self.local_rank, self.local_size = topology.local_rank, topology.local_size
-        self.node_rank, self.num_nodes = topology.node_rank, topology.num_nodes
-        self.is_main = self.rank == 0
+        self.fault_tolerance = fault_tolerance
+        # the context whose communicators are revoked together when a rank is lost
+        self._fault_root = self if _root is None else _root
+        # every split called on this context, in order, as [color, key, child or None] (a
+        # rank outside the split takes part too): recovery makes them again
+        self._splits = []
+        # after a recovery that this context could not follow: why (see _bind)
+        self._unusable = None
+        # methods of objects bound to this context, called after a recovery
+        self._recovery_hooks = []
+        self._bind(comm)
         self.device, self.xp = select_device(device, self.local_rank)
         self.check = bool(check)
         self.cuda_aware = detect_cuda_aware()
         self.staging = StagingPool()
-        # hpcdist's own traffic (check agreement, headers, explicit algorithms)
-        self._private_comm = comm.Dup() if self.size > 1 else comm
-        self._packet = None  # reusable buffer for header messages (see movement.py)
-        self._p2p_packets = None  # reusable buffers of blocking send/recv (see p2p.py)
         self._stats = {}
         self._calls = 0
         # the pending call, (name, call, peer, start time) or None: one store per mark, so
@@ -118,6 +124,45 @@ class Context:
         watchdog = running_watchdog()
         if watchdog is not None:
             watchdog.watch(self)
+
+    def _bind(self, comm):
+        """Take ``comm`` as this context's communicator: rank, size, topology and the
+        private duplicate follow it (at creation, and again after a recovery)."""
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self._topology = detect_topology(comm)
+        topology = self._topology
+        self.local_rank, self.local_size = topology.local_rank, topology.local_size
+        self.node_rank, self.num_nodes = topology.node_rank, topology.num_nodes
+        self.is_main = self.rank == 0
+        # hpcdist's own traffic (check agreement, headers, explicit algorithms)
+        self._private_comm = comm.Dup() if self.size > 1 else comm
+        self._packet = None  # reusable buffer for header messages (see movement.py)
+        self._p2p_packets = None  # reusable buffers of blocking send/recv (see p2p.py)
+        self._inflight = None
+
+    def on_recovery(self, method):
+        """Call ``method()`` after each recovery of this context from a lost rank.
+
+        Objects bound to the context (DDP, strategies, samplers) re-bind there:
+        they drop what they cached of the old ranks. Only a weak reference to
+        ``method``'s object is kept.
+        """
+        try:
+            reference = weakref.WeakMethod(method)
+        except TypeError:  # a plain function
+            reference = (lambda function: lambda: function)(method)
+        self._recovery_hooks.append(reference)
+
+    def _run_recovery_hooks(self):
+        alive = []
+        for reference in self._recovery_hooks:
+            method = reference()
+            if method is not None:
+                alive.append(reference)
+                method()
+        self._recovery_hooks = alive
 
     def __copy__(self):
         return self  # a context is a handle on shared communicators: copies share it
@@ -206,10 +251,52 @@ class Context:
 
     # -- derived contexts ------------------------------------------------------------------
     def _child(self, comm):
-        child = Context(comm, device=self.device,
-                        check=self.check)
+        child = Context(comm, device=self.device, check=self.check,
+                        fault_tolerance=self.fault_tolerance, _root=self._fault_root)
         self._children.append(child)
         return child
+
+    def _communicators(self):
+        """Every communicator of this context and of its children (the communication
+        thread's context is one)."""
+        topology = self._topology
+        comms = [c for c in (self.comm, self._private_comm, topology.node_comm,
+                             topology.leader_comm) if c is not None and c != MPI.COMM_NULL]
+        for child in self._children:
+            comms.extend(child._communicators())
+        return comms
+
+    def _rebind_after_loss(self, comm):
+        """Recovery, in place: take ``comm`` (the survivors, from the old communicator's
+        shrink), re-split the children with their colour and key, restart the
+        communication thread, run the hooks of bound objects. Collective over ``comm``.
+
+        A ``group(ranks)`` child cannot follow (its ranks' numbers changed): its calls
+        raise :class:`~hpcdist.exceptions.InvalidStateError` from now on.
+        """
+        self._bind(comm)
+        split_children = set()
+        for color, key, child in self._splits:
+            new = self.comm.Split(MPI.UNDEFINED if color is None else color, key)
+            if child is not None:
+                child._rebind_after_loss(new)
+                split_children.add(id(child))
+        for child in self._children:
+            if id(child) not in split_children:
+                child._mark_unusable(
+                    "this context was made by group() or graph() before ranks were lost, and "
+                    "their numbers changed: make it again on the recovered context")
+        thread = self._communication_thread
+        if thread is not None:
+            thread.restart()
+        self._run_recovery_hooks()
+
+    def _mark_unusable(self, reason):
+        self._unusable = reason
+        for comm in self._communicators():
+            revoke(comm)
+        for child in self._children:
+            child._mark_unusable(reason)
 
     def group(self, ranks):
         """A context of the given ranks (in that order), or None on other ranks.
@@ -252,7 +339,10 @@ class Context:
             key = check_int(key, "split: key")
         with watched(self, "split"):
             comm = self.comm.Split(MPI.UNDEFINED if color is None else color, key)
-            return None if comm == MPI.COMM_NULL else self._child(comm)
+            child = None if comm == MPI.COMM_NULL else self._child(comm)
+            if self.fault_tolerance is not None:
+                self._splits.append((color, key, child))
+            return child
 
     def graph(self, sources, destinations=None):
         """A context of the same ranks with a distributed-graph topology (collective);
@@ -269,7 +359,11 @@ class Context:
         """Wait until every rank of the context has arrived."""
         if self.size > 1:
             start = self._begin("barrier")
-            self.comm.Barrier()
+            try:
+                self.comm.Barrier()
+            except MPI.Exception as exc:
+                raise_if_rank_failed(self, exc, "barrier")
+                raise
             self._end("barrier", start, 0, 0)
 
     def communication_thread(self):
@@ -303,80 +397,160 @@ class Context:
     # -- the collectives (see the module-level functions of the same name) ----------------
     @documented_by(reductions.allreduce)
     def allreduce(self, x, op="sum", *, out=None, algorithm="auto"):
-        return reductions.allreduce(x, op, out=out, algorithm=algorithm, ctx=self)
+        try:
+            return reductions.allreduce(x, op, out=out, algorithm=algorithm, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "allreduce")
+            raise
 
     @documented_by(reductions.reduce)
     def reduce(self, x, op="sum", *, root=0):
-        return reductions.reduce(x, op, root=root, ctx=self)
+        try:
+            return reductions.reduce(x, op, root=root, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "reduce")
+            raise
 
     @documented_by(reductions.reduce_scatter)
     def reduce_scatter(self, x, op="sum", counts=None):
-        return reductions.reduce_scatter(x, op, counts, ctx=self)
+        try:
+            return reductions.reduce_scatter(x, op, counts, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "reduce_scatter")
+            raise
 
     @documented_by(movement.broadcast)
     def broadcast(self, x, root=0, *, shape_known=False):
-        return movement.broadcast(x, root, shape_known=shape_known, ctx=self)
+        try:
+            return movement.broadcast(x, root, shape_known=shape_known, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "broadcast")
+            raise
 
     @documented_by(movement.allgather)
     def allgather(self, x, axis=0, *, counts=None):
-        return movement.allgather(x, axis, counts=counts, ctx=self)
+        try:
+            return movement.allgather(x, axis, counts=counts, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "allgather")
+            raise
 
     @documented_by(movement.gather)
     def gather(self, x, root=0, axis=0):
-        return movement.gather(x, root, axis, ctx=self)
+        try:
+            return movement.gather(x, root, axis, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "gather")
+            raise
 
     @documented_by(movement.scatter)
     def scatter(self, x, root=0, axis=0, counts=None):
-        return movement.scatter(x, root, axis, counts, ctx=self)
+        try:
+            return movement.scatter(x, root, axis, counts, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "scatter")
+            raise
 
     @documented_by(movement.alltoall)
     def alltoall(self, x, counts=None):
-        return movement.alltoall(x, counts, ctx=self)
+        try:
+            return movement.alltoall(x, counts, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "alltoall")
+            raise
 
     @documented_by(neighbors.neighbor_allgather)
     def neighbor_allgather(self, x):
-        return neighbors.neighbor_allgather(x, ctx=self)
+        try:
+            return neighbors.neighbor_allgather(x, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "neighbor_allgather")
+            raise
 
     @documented_by(p2p.send)
     def send(self, x, dest, tag=0, *, shape_known=False):
-        return p2p.send(x, dest, tag, shape_known=shape_known, ctx=self)
+        try:
+            return p2p.send(x, dest, tag, shape_known=shape_known, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "send")
+            raise
 
     @documented_by(p2p.recv)
     def recv(self, source=p2p.ANY_SOURCE, tag=p2p.ANY_TAG, out=None, *, shape_known=False):
-        return p2p.recv(source, tag, out, shape_known=shape_known, ctx=self)
+        try:
+            return p2p.recv(source, tag, out, shape_known=shape_known, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "recv")
+            raise
 
     @documented_by(p2p.isend)
     def isend(self, x, dest, tag=0, *, shape_known=False):
-        return p2p.isend(x, dest, tag, shape_known=shape_known, ctx=self)
+        try:
+            return p2p.isend(x, dest, tag, shape_known=shape_known, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "isend")
+            raise
 
     @documented_by(p2p.irecv)
     def irecv(self, source=p2p.ANY_SOURCE, tag=p2p.ANY_TAG, out=None, *, shape_known=False):
-        return p2p.irecv(source, tag, out, shape_known=shape_known, ctx=self)
+        try:
+            return p2p.irecv(source, tag, out, shape_known=shape_known, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "irecv")
+            raise
 
     @documented_by(requests.iallreduce)
     def iallreduce(self, x, op="sum", *, out=None):
-        return requests.iallreduce(x, op, out=out, ctx=self)
+        try:
+            return requests.iallreduce(x, op, out=out, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "iallreduce")
+            raise
 
     @documented_by(requests.ibroadcast)
     def ibroadcast(self, x, root=0):
-        return requests.ibroadcast(x, root, ctx=self)
+        try:
+            return requests.ibroadcast(x, root, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "ibroadcast")
+            raise
 
     @documented_by(requests.iallgather)
     def iallgather(self, x, axis=0, *, counts=None):
-        return requests.iallgather(x, axis, counts=counts, ctx=self)
+        try:
+            return requests.iallgather(x, axis, counts=counts, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "iallgather")
+            raise
 
     @documented_by(objects.allreduce_object)
     def allreduce_object(self, obj, op="sum"):
-        return objects.allreduce_object(obj, op, ctx=self)
+        try:
+            return objects.allreduce_object(obj, op, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "allreduce_object")
+            raise
 
     @documented_by(objects.broadcast_object)
     def broadcast_object(self, obj, root=0):
-        return objects.broadcast_object(obj, root, ctx=self)
+        try:
+            return objects.broadcast_object(obj, root, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "broadcast_object")
+            raise
 
     @documented_by(objects.allgather_object)
     def allgather_object(self, obj):
-        return objects.allgather_object(obj, ctx=self)
+        try:
+            return objects.allgather_object(obj, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "allgather_object")
+            raise
 
     @documented_by(objects.gather_object)
     def gather_object(self, obj, root=0):
-        return objects.gather_object(obj, root, ctx=self)
+        try:
+            return objects.gather_object(obj, root, ctx=self)
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self, exc, "gather_object")
+            raise

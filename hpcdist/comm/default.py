@@ -10,12 +10,14 @@ communicator at every call.
 
 import atexit
 import os
+import sys
 import warnings
 
 from .._checks import check_bool
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from .abort import install_abort_hook
 from .context import Context
+from .faults import check_fault_tolerance, fault_tolerance_from_env, loss_seen
 from .mpi import MPI, mpi_is_loaded
 from .threads import limit_threads_per_rank
 from .watchdog import stall_timeout_from_env, start_watchdog, stop_watchdog
@@ -38,7 +40,7 @@ def _check_from_env():
     raise InvalidArgumentError(f"HPCDIST_CHECK={value!r} is not understood; use 0 or 1")
 
 
-def _warn_if_ignored(ctx, comm, device, check):
+def _warn_if_ignored(ctx, comm, device, check, fault_tolerance=None):
     """Warn that a later :func:`init` keeps the default context ``ctx`` as it is,
     naming the arguments that differ from it."""
     ignored = []
@@ -49,6 +51,9 @@ def _warn_if_ignored(ctx, comm, device, check):
         ignored.append(f"device={device!r} (the context has {ctx.device!r})")
     if check is not None and check != ctx.check:
         ignored.append(f"check={check} (the context has {ctx.check})")
+    if fault_tolerance is not None and fault_tolerance != ctx.fault_tolerance:
+        ignored.append(f"fault_tolerance={fault_tolerance!r} (the context has "
+                       f"{ctx.fault_tolerance!r})")
     if ignored:
         warnings.warn(f"hpcdist.init: already initialised; {', '.join(ignored)} ignored; call "
                       "hpcdist.finalize() first to start a new default context",
@@ -62,7 +67,7 @@ def _check_communicator(comm, name):
             f"got {comm!r}")
 
 
-def init(comm=None, *, device="auto", check=None, abort_on_error=True):
+def init(comm=None, *, device="auto", check=None, abort_on_error=True, fault_tolerance=None):
     """Create the default context (idempotent: later calls return it).
 
     Parameters
@@ -79,6 +84,14 @@ def init(comm=None, *, device="auto", check=None, abort_on_error=True):
     abort_on_error : bool, default=True
         An uncaught exception on any rank aborts the whole job after
         printing its traceback with the rank, instead of hanging the others.
+    fault_tolerance : {None, "shrink", "respawn"}, optional
+        Survive a lost rank (needs an MPI with ULFM: the Open MPI 5 wheel
+        launched with ``mpirun --with-ft ulfm`` or ``hpcdist run
+        --fault-tolerant``). A lost rank then raises
+        :class:`~hpcdist.exceptions.RankFailedError` on every survivor, and
+        :func:`hpcdist.resilient.run` recovers: ``"shrink"`` goes on with the
+        survivors, ``"respawn"`` starts replacements. Default from the
+        environment variable ``HPCDIST_FAULT_TOLERANCE`` (off when unset).
 
     Returns
     -------
@@ -89,24 +102,38 @@ def init(comm=None, *, device="auto", check=None, abort_on_error=True):
     UserWarning
         A later call whose ``comm``, ``device`` or ``check`` differ from
         the default context's (they are ignored; :func:`finalize` first).
+
+    Raises
+    ------
+    InvalidArgumentError
+        On every rank: ``fault_tolerance`` asked where the MPI library has no
+        ULFM or the job was not launched with it (the message names the
+        library and the command to use).
     """
     check = None if check is None else check_bool(check, "init: check")
     abort_on_error = check_bool(abort_on_error, "init: abort_on_error")
     if _DEFAULT:
-        _warn_if_ignored(_DEFAULT[0], comm, device, check)
+        _warn_if_ignored(_DEFAULT[0], comm, device, check, fault_tolerance)
         return _DEFAULT[0]
     if comm is None:
         comm = MPI.COMM_WORLD
     _check_communicator(comm, "comm")
     check = _check_from_env() if check is None else check
+    fault_tolerance = check_fault_tolerance(
+        fault_tolerance_from_env() if fault_tolerance is None else fault_tolerance)
+    if fault_tolerance is not None:
+        # errors as return codes (mpi4py raises them): a lost rank must not end the process
+        comm.Set_errhandler(MPI.ERRORS_RETURN)
     timeout = stall_timeout_from_env()
     if not _AT_EXIT:  # registered after MPI loaded, so it runs before mpi4py finalizes MPI
+        if fault_tolerance is not None:
+            atexit.register(_finalize_after_loss)  # runs after finalize
         atexit.register(finalize)
         _AT_EXIT.append(True)
     world_size = MPI.COMM_WORLD.Get_size()
     if timeout > 0 and world_size > 1:
-        start_watchdog(timeout)
-    ctx = Context(comm.Dup(), device=device, check=check)
+        start_watchdog(timeout, fault_tolerant=fault_tolerance is not None)
+    ctx = Context(comm.Dup(), device=device, check=check, fault_tolerance=fault_tolerance)
     limit_threads_per_rank(ctx.local_size)
     if abort_on_error and world_size > 1:
         install_abort_hook()
@@ -127,6 +154,21 @@ def finalize():
         _DEFAULT.pop().free()
     for comm, _ in list(_OWNED.values()):
         comm.Delete_attr(_OWNED_KEYVAL[0])  # MPI calls _free_owned
+
+
+def _finalize_after_loss():
+    """At exit, after a lost rank: end the process without MPI_Finalize.
+
+    After a loss, Open MPI's MPI_Finalize was seen to wait for ever on some
+    survivors (holding the interpreter lock, so no timer can end it); their
+    work is done by then, so the process ends here, its output flushed, with
+    exit status 0 (runs last: a normal end of the program).
+    """
+    if not loss_seen() or MPI.Is_finalized():
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def get_context():
@@ -167,7 +209,8 @@ def _owned_context(comm):
     ctx = comm.Get_attr(keyval)
     if ctx is None:
         default = get_context()  # the process-wide set-up (watchdog, abort hook) first
-        ctx = Context(comm.Dup(), device=default.device, check=default.check)
+        ctx = Context(comm.Dup(), device=default.device, check=default.check,
+                      fault_tolerance=default.fault_tolerance)
         comm.Set_attr(keyval, ctx)
         _OWNED[id(ctx)] = (comm, ctx)
     return ctx

@@ -6,6 +6,7 @@ import numpy as np
 
 from .calls import describe, resolve
 from .checks import agree, watched
+from .faults import raise_if_rank_failed
 from .headers import BAD_INPUT, NO_INPUT
 from .movement import (
     _describe_except,
@@ -62,8 +63,12 @@ class Request:
 
     def test(self):
         """Whether the operation has completed (never blocks)."""
-        if not self._done and MPI.Request.Testall(self._requests):
-            self._complete()
+        try:
+            if not self._done and MPI.Request.Testall(self._requests):
+                self._complete()
+        except MPI.Exception as exc:
+            raise_if_rank_failed(self._ctx, exc, self._name)
+            raise
         return self._done
 
     def wait(self):
@@ -74,6 +79,9 @@ class Request:
             try:
                 MPI.Request.Waitall(self._requests)
                 self._complete()
+            except MPI.Exception as exc:
+                raise_if_rank_failed(ctx, exc, self._name)
+                raise
             finally:
                 ctx._end(self._name, start, *self._nbytes)
         return self._result

@@ -21,6 +21,7 @@ import numpy as np
 from ..exceptions import InvalidArgumentError
 from .abort import abort_job
 from .checks import format_ranks
+from .faults import is_rank_failure
 from .mpi import MPI
 
 __all__ = ["Watchdog", "stall_timeout_from_env", "running_watchdog", "start_watchdog",
@@ -42,18 +43,30 @@ def running_watchdog():
     return _RUNNING[0] if _RUNNING else None
 
 
-def start_watchdog(timeout):
-    """Start the process's watchdog on a duplicate of ``MPI.COMM_WORLD`` (once)."""
+def start_watchdog(timeout, comm=None, *, fault_tolerant=False):
+    """Start the process's watchdog on a duplicate of ``comm`` (default
+    ``MPI.COMM_WORLD``), once; ``fault_tolerant``: a lost rank ends its
+    watch quietly (recovery starts a new one) instead of ending the job."""
     if not _RUNNING:
-        _RUNNING.append(Watchdog(MPI.COMM_WORLD.Dup(), timeout))
+        comm = MPI.COMM_WORLD if comm is None else comm
+        _RUNNING.append(Watchdog(comm.Dup(), timeout, fault_tolerant=fault_tolerant))
 
 
 def stop_watchdog():
-    """Stop the process's watchdog, if one runs, and free its communicator."""
+    """Stop the process's watchdog, if one runs, and free its communicator.
+
+    Returns
+    -------
+    Watchdog or None
+        The watchdog stopped (its contexts and timeout, for a restart).
+    """
     if _RUNNING:
         watchdog = _RUNNING.pop()
         watchdog.stop()
-        watchdog.comm.Free()
+        if not MPI.Is_finalized():
+            watchdog.comm.Free()
+        return watchdog
+    return None
 
 
 def end_stalls_after_termination():
@@ -97,11 +110,14 @@ class Watchdog:
         A private duplicate of the world communicator (owned by the watchdog).
     timeout : float
         Seconds a collective may take before the job is aborted.
+    fault_tolerant : bool, default=False
+        A lost rank (ULFM) ends the watch quietly instead of the job.
     """
 
-    def __init__(self, comm, timeout):
+    def __init__(self, comm, timeout, *, fault_tolerant=False):
         self.comm = comm
         self.timeout = timeout
+        self.fault_tolerant = fault_tolerant
         self._contexts = weakref.WeakSet()
         self._ending = None  # (since, seconds) after a termination signal
         self._question = np.zeros(1, dtype=np.int64)
@@ -138,7 +154,32 @@ class Watchdog:
                 return name, ctx._calls + 1, now - since, ctx.size, signature
         return None
 
+    def contexts(self):
+        """The contexts watched."""
+        return list(self._contexts)
+
     def _run(self):
+        try:
+            self._watch()
+        except MPI.Exception as exc:
+            if not (self.fault_tolerant and is_rank_failure(exc)):
+                raise
+            # a lost rank: the watch ends here (recovery starts a new watchdog), without
+            # the pending receive, which would keep MPI_Finalize waiting
+            self._drop_pending_request()
+
+    def _drop_pending_request(self):
+        request = getattr(self, "_request", None)
+        if request is None or request == MPI.REQUEST_NULL:
+            return
+        try:
+            self.comm.Ack_failed()  # a receive from any source may then complete or cancel
+            request.Cancel()
+            request.Wait()
+        except MPI.Exception:
+            pass
+
+    def _watch(self):
         self._query = np.zeros(1, dtype=np.int64)
         self._request = self.comm.Irecv(self._query, source=MPI.ANY_SOURCE, tag=_QUERY)
         warned = None  # the (operation, call number) already reported early

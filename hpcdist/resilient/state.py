@@ -1,0 +1,144 @@
+"""The training state that survives a lost rank: committed in memory on every rank."""
+
+import copy
+
+from ..comm import resolve_context
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
+from ..parallel import ShardedDataParallel
+
+__all__ = ["State", "TorchState"]
+
+_OWN = ("_values", "_committed", "_callbacks", "_commits", "ranks_lost")
+
+
+def _refuse_sharded(name, value):
+    if isinstance(value, ShardedDataParallel):
+        raise InvalidArgumentError(
+            f"State({name}=...): a ShardedDataParallel model keeps each shard on one rank only, "
+            "so a lost rank takes its shards with it and no survivor's commit could restore "
+            "them; commit a DistributedDataParallel model (every rank holds all of it)")
+
+
+def _snapshot(value):
+    """A copy of ``value`` that later training does not change."""
+    if hasattr(value, "state_dict") and hasattr(value, "load_state_dict"):
+        return copy.deepcopy(value.state_dict())
+    return copy.deepcopy(value)
+
+
+class State:
+    """Values that training must not lose, committed in memory on every rank.
+
+    Parameters
+    ----------
+    **values
+        Arrays, scalars, hpcdist.nn modules and optimizers, and anything with
+        ``state_dict()``/``load_state_dict()``; read and set them as
+        attributes (``state.step += 1``).
+
+    Attributes
+    ----------
+    ranks_lost : list of int
+        Every rank lost so far, numbered as at the start of its loss.
+
+    Notes
+    -----
+    :meth:`commit` copies the values on this rank, in memory, without
+    communicating; after a loss :func:`~hpcdist.resilient.run` restores the
+    lowest surviving rank's copy on every rank, so all ranks agree.
+    Objects with ``load_state_dict`` are restored in place (an optimizer keeps
+    its parameters); other values are replaced by the committed copy.
+    """
+
+    def __init__(self, **values):
+        for name, value in values.items():
+            _refuse_sharded(name, value)
+        object.__setattr__(self, "_values", dict(values))
+        object.__setattr__(self, "_committed", None)
+        object.__setattr__(self, "_callbacks", [])
+        object.__setattr__(self, "_commits", 0)
+        object.__setattr__(self, "ranks_lost", [])
+
+    def __getattr__(self, name):
+        values = object.__getattribute__(self, "_values")
+        try:
+            return values[name]
+        except KeyError:
+            raise AttributeError(f"State has no value {name!r}; it holds "
+                                 f"{', '.join(sorted(values)) or 'nothing'}") from None
+
+    def __setattr__(self, name, value):
+        if name in _OWN:
+            object.__setattr__(self, name, value)
+            return
+        _refuse_sharded(name, value)
+        self._values[name] = value
+
+    def __repr__(self):
+        return f"<hpcdist.resilient.State {', '.join(sorted(self._values))}; " \
+               f"{self._commits} commits>"
+
+    @property
+    def committed(self):
+        """Whether a commit exists."""
+        return self._committed is not None
+
+    def commit(self):
+        """Copy every value in memory on this rank (no disk, no communication).
+
+        After a lost rank, training goes on from the last commit.
+        """
+        self._committed = {name: _snapshot(value) for name, value in self._values.items()}
+        self._commits += 1
+
+    def restore(self):
+        """Put the last commit back into the values (on this rank)."""
+        if self._committed is None:
+            raise InvalidArgumentError("State.restore: nothing committed yet; call commit() "
+                                       "first")
+        for name, saved in self._committed.items():
+            value = self._values.get(name)
+            if hasattr(value, "load_state_dict") and hasattr(value, "state_dict"):
+                value.load_state_dict(copy.deepcopy(saved))
+            else:
+                self._values[name] = copy.deepcopy(saved)
+
+    def sync(self, ctx=None):
+        """Collective: every rank takes rank 0's commit (after a recovery, the lowest
+        surviving rank's) and restores it."""
+        ctx = resolve_context(ctx)
+        self._committed = ctx.broadcast_object(self._committed, root=0)
+        self.restore()
+
+    def register_reset_callbacks(self, callbacks):
+        """Append ``callbacks`` (callables without arguments), called in order on every
+        rank after each recovery, once the commit is restored (re-partition data there).
+        """
+        if callable(callbacks):
+            callbacks = [callbacks]
+        callbacks = list(callbacks)
+        for callback in callbacks:
+            if not callable(callback):
+                raise InvalidArgumentTypeError(f"register_reset_callbacks: {callback!r} is not "
+                                               "callable; pass functions without arguments")
+        self._callbacks.extend(callbacks)
+
+    def on_reset(self):
+        """Run the reset callbacks (:func:`~hpcdist.resilient.run` calls this)."""
+        for callback in self._callbacks:
+            callback()
+
+
+class TorchState(State):
+    """A :class:`State` for a torch model and optimizer (the extra ``torch``).
+
+    Parameters
+    ----------
+    model : torch.nn.Module, optional
+    optimizer : torch.optim.Optimizer, optional
+    **values
+        As for :class:`State`.
+    """
+
+    def __init__(self, model=None, optimizer=None, **values):
+        super().__init__(model=model, optimizer=optimizer, **values)

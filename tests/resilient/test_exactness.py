@@ -1,0 +1,107 @@
+"""Exactness of recovery: full-batch gradient descent in float64 that loses ranks ends where
+one process on all rows ends (1e-9).
+
+Rows are split evenly at every size the job passes through (48 rows: 4, 3 and 2
+ranks), so DDP's average of the ranks' mean gradients is the full-batch gradient
+and the training is the same computation at any number of ranks. Ranks kill
+themselves (SIGKILL) at chosen steps; the survivors take over their rows in a
+reset callback.
+"""
+import json
+
+import pytest
+
+from tests.resilient.ulfm import lines_with, needs_ulfm, run_ulfm_job
+
+_NN_JOB = """
+import json
+from hpcdist import nn
+from hpcdist.nn.optim import SGD
+from hpcdist.resilient import State, run
+
+KILLS = json.loads({kills!r})          # world rank -> step at whose start it dies
+STEPS, N, F = 30, 48, 5
+ctx = hpcdist.init(fault_tolerance="shrink")
+world_rank = ctx.rank
+rng = np.random.default_rng(0)
+X = rng.normal(size=(N, F))
+Y = X @ rng.normal(size=(F, 1)) + 0.1 * rng.normal(size=(N, 1))
+
+
+def build():
+    return nn.Sequential(nn.Linear(F, 8, dtype=np.float64, random_state=1), nn.Tanh(),
+                         nn.Linear(8, 1, dtype=np.float64, random_state=2))
+
+
+model = build()
+ddp = hpcdist.DDP(model)
+optimizer = SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+criterion = nn.MSELoss()
+rows = {{}}
+
+
+def partition():
+    lo, hi = ctx.rank * N // ctx.size, (ctx.rank + 1) * N // ctx.size
+    rows["X"], rows["Y"] = X[lo:hi], Y[lo:hi]
+
+
+partition()
+state = State(model=model, optimizer=optimizer, step=0)
+state.register_reset_callbacks([partition])
+
+
+@run
+def train(state):
+    while state.step < STEPS:
+        if KILLS.get(str(world_rank)) == state.step:
+            die_here()
+        optimizer.zero_grad()
+        criterion(ddp(rows["X"]), rows["Y"])
+        ddp.backward(criterion.backward())
+        optimizer.step()
+        state.step += 1
+        state.commit()
+    return state.step
+
+
+steps = train(state)
+if ctx.rank == 0:
+    reference = build()
+    ref_optimizer = SGD(reference.parameters(), lr=0.05, momentum=0.9)
+    for _ in range(STEPS):
+        ref_optimizer.zero_grad()
+        criterion(reference(X), Y)
+        reference.backward(criterion.backward())
+        ref_optimizer.step()
+    diff = max(float(np.max(np.abs(p.data - q.data)))
+               for p, q in zip(model.parameters(), reference.parameters()))
+    print(f"RESULT " + json.dumps({{"steps": steps, "size": ctx.size, "diff": diff,
+                                   "ranks_lost": state.ranks_lost,
+                                   "world_rank": world_rank}}), flush=True)
+"""
+
+
+def _result(output):
+    lines = lines_with(output, "RESULT ")
+    assert len(lines) == 1, output
+    return json.loads(lines[0].split("RESULT ", 1)[1])
+
+
+@needs_ulfm
+@pytest.mark.parametrize("n, kills, survivors", [
+    (2, {"1": 7}, 1),             # all ranks but one lost: it continues alone
+    (3, {"1": 5}, 2),
+    (4, {"3": 4, "1": 12}, 2),    # two losses, 4 -> 3 -> 2
+    (4, {"0": 9}, 3),             # rank 0 lost: the new rank 0 takes its role
+    (4, {"2": 6, "3": 6}, 2),     # two ranks at once
+])
+def test_nn_training_that_loses_ranks_ends_where_one_process_ends(tmp_path, n, kills,
+                                                                  survivors):
+    rc, seconds, output = run_ulfm_job(_NN_JOB.format(kills=json.dumps(kills)), tmp_path, n=n,
+                                       timeout=150)
+    result = _result(output)
+    assert result["steps"] == 30, output
+    assert result["size"] == survivors, output
+    assert result["diff"] < 1e-9, output
+    assert sorted(result["ranks_lost"]) != [] and len(result["ranks_lost"]) == n - survivors
+    assert str(result["world_rank"]) not in kills, output

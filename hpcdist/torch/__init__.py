@@ -17,8 +17,10 @@ Examples
 
 from .collectives import allgather, allreduce, alltoall, broadcast, reduce_scatter
 from .optimizer import DistributedOptimizer
+from .sharded_module import FullyShardedModule
+from .sharded_optimizer import ShardedOptimizer
 from .state import broadcast_optimizer_state, broadcast_parameters
 
 __all__ = ["allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall",
-           "DistributedOptimizer",
+           "DistributedOptimizer", "ShardedOptimizer", "FullyShardedModule",
            "broadcast_parameters", "broadcast_optimizer_state"]

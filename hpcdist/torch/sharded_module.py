@@ -1,0 +1,219 @@
+"""``FullyShardedModule``: a torch module whose parameters are sharded over the ranks (stage 3).
+
+Each rank keeps its block of rows of every parameter as a leaf tensor of its
+own (what :meth:`FullyShardedModule.parameters` lists, and what the optimizer
+is built on). Hooks on every sub-module that owns parameters allgather the
+whole parameters just before its forward pass and release them right after;
+a hook on the sub-module's outputs gathers them again when the backward pass
+reaches it, and once a parameter's gradient is complete it is reduce-scattered
+(averaged) into the gradient of this rank's rows and the whole parameter and
+gradient are released. ``torch.utils.checkpoint`` works inside: its
+recomputation runs the same forward hooks.
+"""
+
+import torch
+
+from ..comm import broadcast, resolve_context
+from ..comm.tensors import tensor_view
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, StateDictKeyError
+from .sharded_rows import TorchRowShard, gather_rows, reduce_rows, verify_same_everywhere
+
+__all__ = ["FullyShardedModule"]
+
+_OWNER = "FullyShardedModule"
+
+
+class FullyShardedModule(torch.nn.Module):
+    """Shard ``module``'s parameters, gradients and (through its optimizer) optimizer state.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        Every rank builds the same one (checked); rank 0's values are copied.
+    ctx : Context, optional
+
+    Notes
+    -----
+    Build the optimizer on ``fsm.parameters()`` (this rank's rows): it then
+    holds the state of those rows only. ``fsm.state_dict()`` is the whole
+    module's, on every rank; ``fsm.load_state_dict`` takes one.
+
+    Examples
+    --------
+    >>> fsm = hpcdist.torch.FullyShardedModule(model)                     # doctest: +SKIP
+    >>> opt = torch.optim.Adam(fsm.parameters(), lr=1e-3)                 # doctest: +SKIP
+    >>> loss_fn(fsm(x), y).backward(); opt.step(); opt.zero_grad()        # doctest: +SKIP
+    """
+
+    def __init__(self, module, *, ctx=None):
+        super().__init__()
+        if not isinstance(module, torch.nn.Module):
+            raise InvalidArgumentTypeError(f"{_OWNER}: module is a {type(module).__name__}, not "
+                                           "a torch.nn.Module")
+        ctx = resolve_context(ctx)
+        named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+        verify_same_everywhere(_OWNER, ctx, named + [(f"buffer {name}", b)
+                                                     for name, b in module.named_buffers()], {})
+        with torch.no_grad():
+            if ctx.size > 1:
+                for tensor in [p for _, p in named] + list(module.buffers()):
+                    broadcast(tensor_view(tensor.data), root=0, ctx=ctx, shape_known=True)
+        object.__setattr__(self, "_ctx", ctx)
+        self.module = module
+        shards = [TorchRowShard(name, p, ctx.size, ctx.rank) for name, p in named]
+        self._shards = shards
+        self.shards = torch.nn.ParameterList()
+        for shard in shards:
+            data = shard.parameter.data
+            shard.piece = torch.nn.Parameter(shard.rows_of(data).clone())
+            shard.nbytes = data.numel() * data.element_size()
+            # a storage of its own, resizable (a NumPy view of the old one pins its size)
+            shard.parameter.data = data.clone(memory_format=torch.contiguous_format)
+            self.shards.append(shard.piece)
+            _release(shard)
+        by_id = {id(s.parameter): s for s in shards}
+        for sub in module.modules():
+            unit = [by_id[id(p)] for p in sub.parameters(recurse=False) if id(p) in by_id]
+            if unit:
+                sub.register_forward_pre_hook(_Gather(unit, ctx))
+                sub.register_forward_hook(_AfterForward(unit, ctx))
+        for shard in shards:
+            shard.parameter.register_post_accumulate_grad_hook(_ReduceGrad(shard, ctx))
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        """This rank's rows of each trainable parameter (build the optimizer on them)."""
+        for index, shard in enumerate(self._shards):
+            yield f"{prefix}{'.' if prefix else ''}shards.{index}", shard.piece
+
+    def state_dict(self, *args, **kwargs):
+        """The whole module's state dict (unsharded names and shapes), on every rank."""
+        with torch.no_grad():
+            wholes = {id(s.parameter): gather_rows(s, s.piece.data, self._ctx)
+                      for s in self._shards}
+        state = self.module.state_dict()
+        for name, p in self.module.named_parameters():
+            if id(p) in wholes:
+                state[name] = wholes[id(p)]
+        return state
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        """Load a whole module's state dict (as :meth:`state_dict` or the plain module give)."""
+        targets = {name: p for name, p in self.module.named_parameters()}
+        by_id = {id(s.parameter): s for s in self._shards}
+        rest = {}
+        with torch.no_grad():
+            for name, value in state_dict.items():
+                shard = by_id.get(id(targets.get(name)))
+                if shard is None:
+                    rest[name] = value
+                    continue
+                if tuple(value.shape) != shard.shape:
+                    raise InvalidArgumentError(f"{_OWNER}.load_state_dict: {name!r} has shape "
+                                               f"{tuple(value.shape)}, the module {shard.shape}")
+                shard.piece.data.copy_(shard.rows_of(value))
+        missing = [n for n in targets if n not in state_dict and id(targets[n]) in by_id]
+        result = self.module.load_state_dict(rest, strict=False)
+        if strict and (missing or result.unexpected_keys):
+            raise StateDictKeyError(f"{_OWNER}.load_state_dict: missing keys {missing}, "
+                                    f"unexpected keys {result.unexpected_keys}")
+        return result
+
+    def memory_stats(self):
+        """Bytes this rank holds: ``"parameters"``, ``"gradients"``, ``"optimizer_state"`` (the
+        last is 0 here: the optimizer is the caller's)."""
+        def nbytes(t):
+            return 0 if t is None else t.numel() * t.element_size()
+        parameters = sum(nbytes(s.piece.data) for s in self._shards)
+        parameters += sum(s.nbytes for s in self._shards if s.gathered)
+        gradients = sum(nbytes(s.piece.grad) + nbytes(s.parameter.grad) for s in self._shards)
+        return {"parameters": parameters, "gradients": gradients, "optimizer_state": 0}
+
+
+def _release(shard):
+    """Free the whole parameter's memory. The tensor keeps its shape and its storage object
+    (whose size drops to 0), so what autograd saved of it in the forward pass sees the values
+    again once :func:`_gather` refills the storage."""
+    shard.parameter.data.untyped_storage().resize_(0)
+    shard.gathered = False
+
+
+def _gather(unit, ctx):
+    """Refill each released parameter of ``unit`` with every rank's rows. The values are
+    copied storage to storage: autograd's version counter stays as it was."""
+    for shard in unit:
+        if shard.gathered:
+            continue
+        with torch.no_grad():
+            whole = gather_rows(shard, shard.piece.data, ctx)
+            data = shard.parameter.data
+            data.untyped_storage().resize_(shard.nbytes)
+            data.untyped_storage().copy_(whole.contiguous().untyped_storage())
+        shard.gathered = True
+
+
+def _in_backward():
+    """Whether the autograd engine is running (a checkpointed forward being recomputed)."""
+    return torch._C._current_graph_task_id() != -1
+
+
+class _Gather:
+    """Forward pre-hook: the unit's whole parameters."""
+
+    def __init__(self, unit, ctx):
+        self.unit, self.ctx = unit, ctx
+
+    def __call__(self, module, args):
+        _gather(self.unit, self.ctx)
+
+
+class _AfterForward:
+    """Forward hook: release the parameters; gather them again when the gradient of the
+    output arrives (the backward pass reaching this module)."""
+
+    def __init__(self, unit, ctx):
+        self.unit, self.ctx = unit, ctx
+
+    def __call__(self, module, args, output):
+        if torch.is_grad_enabled():
+            for tensor in _tensors(output):
+                if tensor.requires_grad:
+                    tensor.register_hook(self._before_backward)
+        if not _in_backward():  # a recomputation inside backward still needs them
+            for shard in self.unit:
+                _release(shard)
+
+    def _before_backward(self, grad):
+        _gather(self.unit, self.ctx)
+        return grad
+
+
+class _ReduceGrad:
+    """After a parameter's gradient is accumulated: average its rows into the piece's
+    gradient, then release the whole parameter and gradient."""
+
+    def __init__(self, shard, ctx):
+        self.shard, self.ctx = shard, ctx
+
+    def __call__(self, parameter):
+        shard = self.shard
+        with torch.no_grad():
+            reduced = reduce_rows(shard, parameter.grad, self.ctx).reshape(shard.piece.shape)
+            if shard.piece.grad is None:
+                shard.piece.grad = reduced
+            else:
+                shard.piece.grad += reduced
+        parameter.grad = None
+        _release(shard)
+
+
+def _tensors(output):
+    if torch.is_tensor(output):
+        return [output]
+    if isinstance(output, (tuple, list)):
+        return [t for item in output for t in _tensors(item)]
+    if isinstance(output, dict):
+        return [t for item in output.values() for t in _tensors(item)]
+    return []

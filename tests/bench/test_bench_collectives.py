@@ -54,6 +54,7 @@ def test_json_has_every_operation_and_size(bench_run):
     out, _ = bench_run
     report = _report(out)
     assert report["machine"]["ranks"] == 2
+    assert report["machine"]["scikit-learn"] and report["machine"]["h5py"]  # the versions
     assert set(report["operations"]) == set(OPERATIONS)
     assert set(report["summary"]) == set(OPERATIONS)
     for operation, entry in report["operations"].items():

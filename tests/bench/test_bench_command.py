@@ -41,3 +41,10 @@ def test_the_parser_records_the_command_and_the_report_gets_it_after_the_name(tm
     kept = {"benchmark": "demo", "command": "mpiexec -n 3 hpcdist bench demo"}
     common.write_report(kept, tmp_path, "kept")
     assert json.loads((tmp_path / "kept.json").read_text())["command"] == kept["command"]
+
+
+def test_reports_record_the_versions_of_the_baselines_installed():
+    versions = common.installed_versions()
+    assert "scikit-learn" in versions and "h5py" in versions
+    assert common.installed_versions(("scikit-learn", "no-such-distribution")) == {
+        "scikit-learn": versions["scikit-learn"]}

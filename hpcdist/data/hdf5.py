@@ -18,6 +18,7 @@ from .._arrays import to_host
 from .._checks import check_writable_file, path_of
 from .._hdf5_blocks import blocks_of, collective_dxpl, h5py_is_parallel, write_block, write_empty
 from ..comm import allgather_object, resolve_context
+from ..comm.agreement import agree_config
 from ..comm.checks import format_ranks, raise_on_every_rank, validated_on_every_rank
 from ..exceptions import (
     ConfigMismatchError,
@@ -99,6 +100,8 @@ def load_hdf5(path, dataset, *, ctx=None, axis=0):
 
     Raises
     ------
+    hpcdist.ConfigMismatchError
+        ``dataset`` or ``axis`` differs across ranks (on every rank).
     hpcdist.DataFileNotFoundError
         No file at ``path`` (the message lists the HDF5 files next to it); a
         ``FileNotFoundError``.
@@ -114,6 +117,9 @@ def load_hdf5(path, dataset, *, ctx=None, axis=0):
     >>> X_local = load_hdf5("train.h5", "X")        # doctest: +SKIP
     """
     ctx = resolve_context(ctx)
+    # another dataset or axis on one rank would read rows of another array there
+    agree_config(ctx, "load_hdf5", {"dataset": dataset, "axis": axis},
+                 fix="pass the same dataset and axis on every rank")
     out = None
     with _validated(ctx):
         what = "load_hdf5"

@@ -10,6 +10,8 @@ import numpy as np
 from .._checks import check_int
 from .._partition import balanced_counts, offsets_of
 from ..comm import resolve_context
+from ..comm.agreement import Described, agree_config
+from ..comm.checks import mark_raised_on_every_rank
 from ..exceptions import InvalidArgumentTypeError
 from ._checks import check_rank
 
@@ -99,7 +101,9 @@ def shard(X, ctx=None):
     ----------
     X : array of shape (n_samples, ...)
         The same array on every rank (NumPy, CuPy, or anything sliceable
-        along its first axis with a length).
+        along its first axis with a length). Collective: its length is
+        compared across ranks (``ConfigMismatchError`` on every rank when
+        it differs).
     ctx : Context, optional
         Default: the default context. With one rank, ``X[0:n_samples]``.
 
@@ -114,11 +118,19 @@ def shard(X, ctx=None):
     --------
     >>> X_local = shard(np.arange(10).reshape(5, 2))   # doctest: +SKIP
     """
+    ctx = resolve_context(ctx)
     if (isinstance(X, (str, bytes)) or getattr(X, "ndim", 1) == 0
             or not hasattr(X, "__len__") or not hasattr(X, "__getitem__")):
-        raise InvalidArgumentTypeError(
+        mistake = InvalidArgumentTypeError(
             f"shard: X should be an array with at least one dimension, got "
             f"{type(X).__name__} {X!r:.80}")
-    ctx = resolve_context(ctx)
+        n_samples = Described(f"no array ({type(X).__name__})")
+    else:
+        mistake, n_samples = None, len(X)
+    # a length that differs by rank would duplicate or lose rows: one check, on every rank
+    agree_config(ctx, "shard", {"len(X)": n_samples},
+                 fix="pass the same full array on every rank")
+    if mistake is not None:
+        raise mark_raised_on_every_rank(mistake)
     start, stop = DataPartitioner(len(X), ctx.size).get_partition(ctx.rank)
     return X[start:stop]

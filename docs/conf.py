@@ -27,6 +27,7 @@ extensions = [
     "numpydoc",
     "sphinxarg.ext",
     "hpcdist_performance",
+    "hpcdist_bench_help",
 ]
 
 templates_path = ["_templates"]
@@ -48,6 +49,7 @@ numpydoc_validation_checks = set()
 
 intersphinx_mapping = {}  # no network during the build
 nitpicky = False
+smartquotes = False          # "--option" stays two hyphens
 highlight_language = "none"   # a bare ``::`` block is text; Python examples say so
 
 
@@ -74,7 +76,7 @@ html_theme_options = {
     "navigation_depth": 3,
     "show_toc_level": 2,
     "navbar_align": "left",
-    "header_links_before_dropdown": 8,
+    "header_links_before_dropdown": 7,
     "secondary_sidebar_items": ["page-toc"],
 }
 html_sidebars = {"**": ["sidebar-nav-bs"]}

@@ -119,14 +119,17 @@ def _summary_blocks(summary):
             lines += [f"**{_escape(key)}**", ""]
             lines += _table(["", *columns],
                             [[k, *[v.get(c, "") for c in columns]] for k, v in value.items()])
+        elif isinstance(value, dict) and "value" in value:
+            details = {k: v for k, v in value.items() if k not in BOOKKEEPING | {"value"}}
+            scalars.append([key, value["value"], details])
         elif isinstance(value, dict):
             for k, v in value.items():
                 if k not in BOOKKEEPING:
-                    scalars.append([f"{key}: {k}", v])
+                    scalars.append([f"{key}: {k}", v, ""])
         else:
-            scalars.append([key, value])
+            scalars.append([key, value, ""])
     if scalars:
-        lines = _table(["Measure", "Value"], scalars, widths=[60, 40]) + lines
+        lines = _table(["Measure", "Value", "What"], scalars, widths=[45, 15, 40]) + lines
     return lines
 
 

@@ -129,6 +129,19 @@ class _DistributedOptimizer:
         self._in_flight = []
         self._synchronize_on_step = True
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for p in parameters]
+        ctx.on_recovery(self._after_recovery)
+
+    def _after_recovery(self):
+        """The context recovered from a lost rank: drop the reductions in flight then
+        (they failed) and the passes counted, and follow the new size."""
+        for bucket in self._buckets:
+            bucket.ready.clear()
+            bucket.request = None
+        self._in_flight = []
+        self._next_launch = 0
+        self._passes = dict.fromkeys(self._passes, 0)
+        if self._ctx.size == 1:
+            self._thread = None
 
     # -- during the backward pass -------------------------------------------------------
     def _on_grad(self, parameter):

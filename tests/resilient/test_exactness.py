@@ -105,3 +105,87 @@ def test_nn_training_that_loses_ranks_ends_where_one_process_ends(tmp_path, n, k
     assert result["diff"] < 1e-9, output
     assert sorted(result["ranks_lost"]) != [] and len(result["ranks_lost"]) == n - survivors
     assert str(result["world_rank"]) not in kills, output
+
+
+_TORCH_JOB = """
+import json
+import torch
+import hpcdist.torch as hvd
+from hpcdist.resilient import TorchState, run
+
+KILLS = json.loads({kills!r})
+STEPS, N, F = 25, 48, 5
+torch.set_num_threads(1)
+ctx = hpcdist.init(fault_tolerance="shrink")
+world_rank = ctx.rank
+generator = torch.Generator().manual_seed(0)
+X = torch.randn(N, F, generator=generator, dtype=torch.float64)
+Y = X @ torch.randn(F, 1, generator=generator, dtype=torch.float64)
+
+
+def build():
+    torch.manual_seed(3)
+    return torch.nn.Sequential(torch.nn.Linear(F, 8), torch.nn.Tanh(),
+                               torch.nn.Linear(8, 1)).double()
+
+
+model = build()
+optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                                     model.named_parameters())
+hvd.broadcast_parameters(model, root=0)
+rows = {{}}
+
+
+def partition():
+    lo, hi = ctx.rank * N // ctx.size, (ctx.rank + 1) * N // ctx.size
+    rows["X"], rows["Y"] = X[lo:hi], Y[lo:hi]
+
+
+partition()
+state = TorchState(model=model, optimizer=optimizer, step=0)
+state.register_reset_callbacks([partition])
+
+
+@run
+def train(state):
+    while state.step < STEPS:
+        if KILLS.get(str(world_rank)) == state.step:
+            die_here()
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(rows["X"]), rows["Y"]).backward()
+        optimizer.step()
+        state.step += 1
+        state.commit()
+    return state.step
+
+
+steps = train(state)
+if ctx.rank == 0:
+    reference = build()
+    ref_optimizer = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
+    for _ in range(STEPS):
+        ref_optimizer.zero_grad()
+        torch.nn.functional.mse_loss(reference(X), Y).backward()
+        ref_optimizer.step()
+    diff = max(float((p - q).abs().max()) for p, q in zip(model.parameters(),
+                                                          reference.parameters()))
+    print(f"RESULT " + json.dumps({{"steps": steps, "size": ctx.size, "diff": diff,
+                                   "ranks_lost": state.ranks_lost,
+                                   "world_rank": world_rank}}), flush=True)
+"""
+
+
+@needs_ulfm
+@pytest.mark.parametrize("n, kills, survivors", [
+    (3, {"2": 6}, 2),
+    (4, {"1": 3, "3": 11}, 2),    # two losses, 4 -> 3 -> 2
+])
+def test_torch_training_that_loses_ranks_ends_where_one_process_ends(tmp_path, n, kills,
+                                                                     survivors):
+    rc, seconds, output = run_ulfm_job(_TORCH_JOB.format(kills=json.dumps(kills)), tmp_path,
+                                       n=n, timeout=200)
+    result = _result(output)
+    assert result["steps"] == 25, output
+    assert result["size"] == survivors, output
+    assert result["diff"] < 1e-9, output
+    assert len(result["ranks_lost"]) == n - survivors, output

@@ -8,6 +8,7 @@ import warnings
 from .._checks import check_int
 from .._hdf5_blocks import h5py_is_parallel
 from ..comm import allgather_object, broadcast_object, resolve_context
+from ..comm.agreement import agree_config
 from ..comm.checks import format_ranks, validated_on_every_rank
 from ..comm.mpi import MPI
 from ..exceptions import ConfigMismatchError, InvalidArgumentError, InvalidArgumentTypeError
@@ -182,6 +183,11 @@ class CheckpointManager:
                 raise InvalidArgumentTypeError(f"async_save={async_save!r} should be a bool")
             self.async_save = bool(async_save)
             self.backend = self._resolve_backend(backend)
+        agree_config(ctx, "CheckpointManager", {
+            "directory": self.directory, "max_to_keep": self.max_to_keep,
+            "backend": self.backend, "async_save": self.async_save},
+            fix="every rank passes the same settings (one directory on a file system all ranks "
+                "share)")
         self._threads = io_threads(ctx.local_size)
         self._prepare_directory()
         if self.backend == "mpio" and self.async_save and ctx.size > 1:
@@ -462,6 +468,8 @@ class CheckpointManager:
 
         Raises
         ------
+        ConfigMismatchError
+            ``step`` differs across ranks (on every rank, naming each rank's).
         CheckpointError
             No committed step (or no step ``step``); a manifest of an
             unknown format version.
@@ -474,6 +482,8 @@ class CheckpointManager:
         with validated_on_every_rank(ctx):
             if step is not None:
                 step = check_int(step, "step", minimum=0)
+        agree_config(ctx, "CheckpointManager.restore", {"step": step},
+                     fix="pass the same step on every rank (None: the newest valid one)")
         committed = broadcast_object(self.steps() if ctx.rank == 0 else None, ctx=ctx)
         if step is not None:
             if step not in committed:

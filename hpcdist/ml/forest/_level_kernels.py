@@ -117,7 +117,8 @@ def _evaluate_node(hist, layout, k, settings, first_only, out):
             out.score[k] = score
             out.feature[k] = f
             out.bin[k] = b
-            out.left[k, :] = candidate
+            for c in range(candidate.shape[0]):  # a loop: no shape check to compile
+                out.left[k, c] = candidate[c]
         if first_only[k]:
             break
     if out.feature[k] >= 0:

@@ -87,7 +87,8 @@ def oob_sums(rows, global_index, seed, trees, bootstrapped, tree_offsets, links,
                 if bootstrap_weight(seed, trees[t], np.uint64(global_index[i])) != 0:
                     continue
                 picked[k] = i
-                lanes[k, :] = rows[i, :]
+                for f in range(rows.shape[1]):  # a loop: no shape check to compile
+                    lanes[k, f] = rows[i, f]
                 k += 1
                 if k == LANES:
                     _add_leaf_values(lanes, picked, k, tree_offsets[t], links, thresholds,

@@ -12,12 +12,13 @@ are ranked by the functions that level-wise growth uses too
 (:mod:`._split_kernels`), so either path splits a node the same way.
 """
 from collections import namedtuple
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..._numba import njit, prange
+from ..._numba import njit, num_threads
 from ._hash_kernels import child_key, draw_feature
-from ._kernel_flags import EXACT, EXACT_PARALLEL
+from ._kernel_flags import EXACT
 from ._split_kernels import (
     SQUARED_ERROR,
     best_threshold,
@@ -316,7 +317,8 @@ def _best_split(rows, lo, hi, key, total, settings, scratch, best_left):
                 best_score = score
                 best_feature = chunk[s]
                 best_bin = b
-                best_left[:] = candidate
+                for c in range(D):  # loops, not slices: no shape check to compile
+                    best_left[c] = candidate[c]
             found = True
             if j + s >= max_features:  # the continued draw stops at a non-constant one
                 break
@@ -351,7 +353,8 @@ def _record_leaf(nodes, node, base, parent, stats):
     """Write ``node`` as a leaf with ``stats``; a right child is linked from ``parent`` >= 0."""
     if parent >= 0:
         nodes.right[parent] = node - base
-    nodes.stats[node, :] = stats
+    for c in range(stats.shape[0]):
+        nodes.stats[node, c] = stats[c]
     nodes.feature[node] = -1
     nodes.bin[node] = -1
     nodes.right[node] = -1
@@ -418,7 +421,8 @@ def _grow_rows(own, key, depth, base, settings, nodes):
         top -= 1
         node = base + n_nodes
         n_nodes += 1
-        total[:] = stack.stats[top]
+        for c in range(D):
+            total[c] = stack.stats[top, c]
         _record_leaf(nodes, node, base, stack.parent[top], total)
         if _is_leaf(total, stack.depth[top], settings):
             continue
@@ -437,21 +441,40 @@ def _grow_rows(own, key, depth, base, settings, nodes):
 
 
 @njit(**EXACT)
-def _grow_one(Xb, target, rows, weights, tasks, t, settings, nodes):
-    """Grow subtree ``t`` of ``tasks`` into ``nodes``; returns its number of nodes."""
-    own = _copy_rows(Xb, target, rows, weights, tasks.lo[t], tasks.hi[t])
-    return _grow_rows(own, tasks.key[t], tasks.depth[t], tasks.base[t], settings, nodes)
+def _grow_subtree_range(Xb, target, rows, weights, tasks, settings, nodes, count, first, stop):
+    """Grow subtrees ``first:stop`` of ``tasks`` into ``nodes`` (see :func:`grow_subtrees`)."""
+    for t in range(first, stop):
+        own = _copy_rows(Xb, target, rows, weights, tasks.lo[t], tasks.hi[t])
+        count[t] = _grow_rows(own, tasks.key[t], tasks.depth[t], tasks.base[t], settings, nodes)
 
 
 @njit(**EXACT)
-def _grow_whole(Xb, target, weights, sizes, t, keys, base, settings, nodes):
-    """Grow tree ``t`` (bootstrap weights ``weights[t]``, ``sizes[t]`` of them nonzero) into
-    ``nodes``; returns its number of nodes."""
-    own = _copy_in_bag(Xb, target, weights[t], sizes[t])
-    return _grow_rows(own, keys[t], 0, base[t], settings, nodes)
+def _grow_whole_range(Xb, target, weights, sizes, keys, base, settings, nodes, count, first,
+                      stop):
+    """Grow trees ``first:stop`` whole into ``nodes`` (see :func:`grow_whole_trees`)."""
+    for t in range(first, stop):
+        own = _copy_in_bag(Xb, target, weights[t], sizes[t])
+        count[t] = _grow_rows(own, keys[t], 0, base[t], settings, nodes)
 
 
-@njit(**EXACT_PARALLEL)
+def _in_threads(kernel, n_items, *args):
+    """Run ``kernel(*args, first, stop)`` over ``0:n_items`` in contiguous equal parts, one
+    per Numba thread (:func:`~hpcdist._numba.num_threads`), as a ``prange`` splits a loop.
+
+    The kernels release the GIL. Threads here instead of a ``prange`` loop spare
+    compiling the tree grower a second time as a parallel region's body.
+    """
+    workers = max(1, min(num_threads(), n_items))
+    bounds = [n_items * w // workers for w in range(workers + 1)]
+    if workers == 1:
+        kernel(*args, 0, n_items)
+        return
+    with ThreadPoolExecutor(workers) as pool:
+        for done in [pool.submit(kernel, *args, bounds[w], bounds[w + 1])
+                     for w in range(workers)]:
+            done.result()
+
+
 def grow_whole_trees(Xb, target, weights, sizes, keys, base, settings, nodes, count):
     """Grow whole trees from every row (parallel over trees).
 
@@ -459,11 +482,10 @@ def grow_whole_trees(Xb, target, weights, sizes, keys, base, settings, nodes, co
     (uint8, one per row of ``Xb``), its root has key ``keys[t]``, and its
     nodes go to ``nodes`` from ``base[t]`` on; ``count[t]`` receives their number.
     """
-    for t in prange(weights.shape[0]):
-        count[t] = _grow_whole(Xb, target, weights, sizes, t, keys, base, settings, nodes)
+    _in_threads(_grow_whole_range, weights.shape[0], Xb, target, weights, sizes, keys, base,
+                settings, nodes, count)
 
 
-@njit(**EXACT_PARALLEL)
 def grow_subtrees(Xb, target, rows, weights, tasks, settings, nodes, count):
     """Grow every subtree of ``tasks`` to the end (parallel over subtrees).
 
@@ -484,7 +506,5 @@ def grow_subtrees(Xb, target, rows, weights, tasks, settings, nodes, count):
 
     ``rows`` and ``weights`` are read only.
     """
-    # the records are reached inside _grow_one only: writes through a namedtuple's arrays
-    # directly in a prange body are lost (github.com/numba/numba/issues/5872 and /7135)
-    for t in prange(tasks.lo.shape[0]):
-        count[t] = _grow_one(Xb, target, rows, weights, tasks, t, settings, nodes)
+    _in_threads(_grow_subtree_range, tasks.lo.shape[0], Xb, target, rows, weights, tasks,
+                settings, nodes, count)

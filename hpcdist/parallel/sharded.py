@@ -263,14 +263,15 @@ class ShardedDataParallel(Module):
 
     def reduce_gradients(self, shards):
         """Start averaging the whole gradients of ``shards`` into their owners' rows
-        (parameters without a gradient count as zeros); the whole gradients are
-        released once the result is in."""
+        (parameters without a gradient count as zeros). The parameters let go of their
+        whole gradients now; the memory is freed once the reduction is done."""
         grads = []
         for shard in shards:
             grad = shard.parameter.grad
             if grad is None:
                 grad = array_module(shard.piece.data).zeros(shard.shape, shard.dtype)
             grads.append(shard.as_rows(grad))
+            shard.parameter.grad = None  # the next backward starts anew; freed once reduced
         if self._thread is None:
             self._pending.append((shards, _reduce_all(grads, shards, self.ctx)))
         else:
@@ -283,7 +284,6 @@ class ShardedDataParallel(Module):
                 results = results.result()
             for shard, reduced in zip(shards, results):
                 shard.accumulate_piece_grad(reduced)
-                shard.parameter.grad = None
         self._pending = []
 
     def _allgather_parameters(self):

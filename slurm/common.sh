@@ -55,9 +55,18 @@ if [[ -n ${SLURM_CPUS_PER_TASK:-} ]]; then
     export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
 fi
 
-# Numba's compilation cache on node-local storage: thousands of ranks writing
-# small files to a parallel file system is slow for them and for everyone else.
-export NUMBA_CACHE_DIR=${TMPDIR:-/tmp}/hpcdist-numba-${SLURM_JOB_ID:-$$}
+# Numba's compiled kernels: NUMBA_CACHE_DIR when you set it, otherwise
+# hpcdist's persistent per-user cache ($XDG_CACHE_HOME/hpcdist/numba, or
+# ~/.cache/hpcdist/numba), so that a job loads what earlier jobs compiled.
+# Fill it once per installation (and again after upgrading hpcdist or Numba)
+# with `hpcdist compile`, in a short job on the partition's node type or on a
+# login node of the same CPU; a job then starts without compiling. Ranks that
+# find a kernel missing compile it once per cache: the others wait for it. A
+# per-job folder on node-local storage (NUMBA_CACHE_DIR=$TMPDIR/...) makes
+# every job compile everything again.
+if [[ -n ${NUMBA_CACHE_DIR:-} ]]; then
+    export NUMBA_CACHE_DIR
+fi
 
 # HDF5 >= 1.10 locks a file when it opens it; Lustre, GPFS and NFS mounts
 # often do not support that lock, and opening a data set or checkpoint there

@@ -12,8 +12,10 @@ import sys
 
 import pytest
 
+from hpcdist._numba import default_cache_dir
+from tests._env import ORIGINAL
 from tests.helpers import mpiexec_path
-from tests.slurm.fake_slurm import FAKE_TRAINING, JOB_ID, TEMPLATES_DIR, FakeSlurm
+from tests.slurm.fake_slurm import FAKE_TRAINING, TEMPLATES_DIR, FakeSlurm
 
 TEMPLATES = sorted(TEMPLATES_DIR.glob("*.sbatch"))
 SHELL_FILES = TEMPLATES + [TEMPLATES_DIR / "common.sh"]
@@ -158,9 +160,21 @@ def test_gpu_template_sets_one_rank_per_gpu_and_cuda_variables(tmp_path):
         for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                      "NUMBA_NUM_THREADS", "SRUN_CPUS_PER_TASK"):
             assert value(name) == "3", name
-        assert value("NUMBA_CACHE_DIR") == f"{tmp_path}/hpcdist-numba-{JOB_ID}"
+        # the user's cache folder, else hpcdist's persistent per-user default (exported
+        # by hpcdist run), not a folder of this job
+        assert value("NUMBA_CACHE_DIR") in (ORIGINAL.get("NUMBA_CACHE_DIR", "<unset>"),
+                                            default_cache_dir())
         assert value("HDF5_USE_FILE_LOCKING") == "FALSE"
         assert value("HPCDIST_STALL_TIMEOUT") == "600"
+
+
+def test_templates_keep_the_numba_cache_folder_a_user_set(tmp_path):
+    slurm = FakeSlurm(tmp_path, ntasks=1)
+    completed = slurm.run("cpu_single_node.sbatch", sys.executable, FAKE_TRAINING,
+                          "--print-env", "NUMBA_CACHE_DIR",
+                          NUMBA_CACHE_DIR=str(tmp_path / "kernels"))
+    assert completed.returncode == 0, completed
+    assert _printed(completed.output, 0, "NUMBA_CACHE_DIR") == str(tmp_path / "kernels")
 
 
 def test_gpu_template_warns_when_ranks_share_a_gpu(tmp_path):

@@ -9,7 +9,7 @@ from .._checks import check_int
 from .._hdf5_blocks import h5py_is_parallel
 from ..comm import allgather_object, broadcast_object, resolve_context
 from ..comm.agreement import agree_config
-from ..comm.checks import format_ranks, validated_on_every_rank
+from ..comm.checks import format_ranks, mark_raised_on_every_rank, validated_on_every_rank
 from ..comm.mpi import MPI
 from ..exceptions import ConfigMismatchError, InvalidArgumentError, InvalidArgumentTypeError
 from . import mpio, sharded  # called through their modules: tests replace their writers
@@ -224,8 +224,8 @@ class CheckpointManager:
             except OSError as exc:
                 error = f"cannot create or clean checkpoint directory {self.directory}: {exc}"
         error = broadcast_object(error, ctx=ctx)
-        if error:
-            raise CheckpointError(error)
+        if error:  # rank 0's verdict, broadcast: every rank raises it
+            raise mark_raised_on_every_rank(CheckpointError(error))
         with validated_on_every_rank(ctx):
             if not os.path.isdir(self.directory):
                 raise CheckpointError(

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 from .._version import __version__
+from ..comm.environment import environment_mistakes
 from ..launch.environment import under_mpi_launcher
 from ..launch.launchers import find_mpiexec
 from ..launch.runner import run_job
@@ -116,10 +117,13 @@ def _take_ranks_option(parser, args):
     for flag in ("-n", "--np"):
         while flag in options:
             index = options.index(flag)
+            if index + 1 == len(options):
+                parser.error(f"bench: {flag} needs a number of ranks")
             try:
                 args.ranks = int(options[index + 1])
-            except (IndexError, ValueError):
-                parser.error(f"bench: {flag} needs a number of ranks")
+            except ValueError:
+                parser.error(f"bench: {flag} {options[index + 1]!r} is not a number of ranks; "
+                             "pass an integer >= 1")
             del options[index:index + 2]
     args.options = options
     if args.ranks < 1:
@@ -190,6 +194,9 @@ def main(argv=None):
     """Run the ``hpcdist`` command line; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    mistakes = environment_mistakes()  # before any work: a usage error, not a traceback
+    if mistakes:
+        parser.error("; ".join(mistakes))
     if args.command == "run":
         return _run_job(parser, args)
     if args.command == "train":

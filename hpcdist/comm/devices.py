@@ -195,14 +195,8 @@ def _mpi_library_handle():
     return None
 
 
-def detect_cuda_aware():
-    """Whether the MPI library accepts device pointers.
-
-    ``HPCDIST_CUDA_AWARE=0|1`` overrides detection (``auto`` or unset
-    detects). Open MPI answers ``MPIX_Query_cuda_support``; MPICH answers
-    ``MPIX_GPU_query_support`` for CUDA; anything else is taken as not
-    CUDA-aware, which is always safe (data is staged through host memory).
-    """
+def cuda_aware_from_env():
+    """``HPCDIST_CUDA_AWARE`` as True or False, or None for ``auto`` (or unset): detect."""
     setting = os.environ.get("HPCDIST_CUDA_AWARE", "auto").strip().lower()
     if setting in ("0", "false", "no", "off"):
         return False
@@ -211,6 +205,20 @@ def detect_cuda_aware():
     if setting != "auto":
         raise InvalidArgumentError(
             f"HPCDIST_CUDA_AWARE={setting!r} is not understood; use 0, 1 or auto")
+    return None
+
+
+def detect_cuda_aware():
+    """Whether the MPI library accepts device pointers.
+
+    ``HPCDIST_CUDA_AWARE=0|1`` overrides detection (``auto`` or unset
+    detects). Open MPI answers ``MPIX_Query_cuda_support``; MPICH answers
+    ``MPIX_GPU_query_support`` for CUDA; anything else is taken as not
+    CUDA-aware, which is always safe (data is staged through host memory).
+    """
+    setting = cuda_aware_from_env()
+    if setting is not None:
+        return setting
     library = _mpi_library_handle()
     if library is None:
         return False

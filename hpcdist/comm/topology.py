@@ -40,7 +40,8 @@ class Topology:
         self.node_comm = self.leader_comm = None
 
 
-def _ranks_per_node_override():
+def ranks_per_node_override():
+    """``HPCDIST_RANKS_PER_NODE`` as an int >= 1, or None when unset."""
     value = os.environ.get("HPCDIST_RANKS_PER_NODE", "").strip()
     if not value:
         return None
@@ -66,7 +67,7 @@ def detect_topology(comm):
     """
     if comm.Get_size() == 1:
         return Topology()
-    ranks_per_node = _ranks_per_node_override()
+    ranks_per_node = ranks_per_node_override()
     if ranks_per_node is None:
         node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     else:

@@ -75,7 +75,7 @@ def test_train_checks_its_arguments_before_any_work(tmp_path, argv, message):
     (["train", "forest", "--data", "data.h5", "--x", "X", "--y", "y", "--max-features", "50"],
      "max_features=50 should be in [1, n_features=3]"),
     (["train", "mlp", "--data", "data.h5", "--x", "X", "--y", "one_class", "--batch-size", "16"],
-     "MLPClassifier.fit: all ranks together have only the label(s) [0]"),
+     "MLPClassifier.fit: all ranks together have only one class, [0], in n_samples=32"),
 ], ids=["hyper-parameter", "too-few-rows", "not-hdf5", "target-rows", "target-dtype",
         "batch-size", "max-features", "one-class"])
 def test_train_user_mistakes_are_one_line_without_traceback(tmp_path, argv, message):

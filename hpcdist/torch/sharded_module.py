@@ -5,15 +5,17 @@ own (what :meth:`FullyShardedModule.parameters` lists, and what the optimizer
 is built on). Hooks on every sub-module that owns parameters allgather the
 whole parameters just before its forward pass and release them right after;
 a hook on the sub-module's outputs gathers them again when the backward pass
-reaches it, and once a parameter's gradient is complete it is reduce-scattered
-(averaged) into the gradient of this rank's rows and the whole parameter and
-gradient are released. ``torch.utils.checkpoint`` works inside: its
+reaches it, and once a parameter's gradient is complete the whole parameter is
+released and the gradient reduce-scattered (averaged) into the gradient of this
+rank's rows, on the communication thread while the backward pass goes on; the
+backward pass returns when all of them are done. ``torch.utils.checkpoint`` works inside: its
 recomputation runs the same forward hooks.
 """
 
 import torch
 
 from ..comm import broadcast, resolve_context
+from ..comm.background import CommunicationThread
 from ..comm.tensors import tensor_view
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, StateDictKeyError
 from .sharded_rows import TorchRowShard, gather_rows, reduce_rows, verify_same_everywhere
@@ -77,8 +79,9 @@ class FullyShardedModule(torch.nn.Module):
             if unit:
                 sub.register_forward_pre_hook(_Gather(unit, ctx))
                 sub.register_forward_hook(_AfterForward(unit, ctx))
+        self._reductions = _GradientReductions(ctx)
         for shard in shards:
-            shard.parameter.register_post_accumulate_grad_hook(_ReduceGrad(shard, ctx))
+            shard.parameter.register_post_accumulate_grad_hook(self._reductions.hook(shard))
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
@@ -190,23 +193,46 @@ class _AfterForward:
         return grad
 
 
-class _ReduceGrad:
-    """After a parameter's gradient is accumulated: average its rows into the piece's
-    gradient, then release the whole parameter and gradient."""
+class _GradientReductions:
+    """Gradients being averaged into the pieces' gradients: started as each parameter's
+    gradient is complete (on the communication thread when there is one), finished when
+    the backward pass ends (a callback of the autograd engine) or at the latest on
+    :meth:`finish`."""
 
-    def __init__(self, shard, ctx):
-        self.shard, self.ctx = shard, ctx
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.thread = (ctx.communication_thread()
+                       if CommunicationThread.available() and ctx.size > 1 else None)
+        self.pending = []
+        self.callback_queued = False
 
-    def __call__(self, parameter):
-        shard = self.shard
-        with torch.no_grad():
-            reduced = reduce_rows(shard, parameter.grad, self.ctx).reshape(shard.piece.shape)
+    def hook(self, shard):
+        return lambda parameter: self.start(shard, parameter)
+
+    def start(self, shard, parameter):
+        grad = parameter.grad
+        parameter.grad = None
+        _release(shard)
+        if self.thread is None:
+            self.pending.append((shard, reduce_rows(shard, grad, self.ctx)))
+        else:
+            self.pending.append((shard, self.thread.submit(reduce_rows, shard, grad,
+                                                           self.thread.ctx)))
+        if not self.callback_queued:
+            self.callback_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self.finish)
+
+    def finish(self):
+        for shard, reduced in self.pending:
+            if not torch.is_tensor(reduced):
+                reduced = reduced.result()
+            reduced = reduced.reshape(shard.piece.shape)
             if shard.piece.grad is None:
                 shard.piece.grad = reduced
             else:
                 shard.piece.grad += reduced
-        parameter.grad = None
-        _release(shard)
+        self.pending = []
+        self.callback_queued = False
 
 
 def _tensors(output):

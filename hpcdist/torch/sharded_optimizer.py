@@ -3,11 +3,11 @@
 Each rank steps only its block of rows of every parameter (the user's
 optimizer is re-pointed at tensors that share the rows' memory), so it holds
 the optimizer state of those rows only; the updated rows are then
-allgathered into every rank's parameters. Stage 1 averages whole gradients
-(allreduce at :meth:`ShardedOptimizer.step`); stage 2 reduce-scatters each
-bucket of gradients to the rows' owners as soon as the backward pass has
-produced it (on the communication thread, overlapped with the rest of the
-backward pass) and drops the whole gradients at the step.
+allgathered into every rank's parameters. As soon as the backward pass has
+produced a bucket of gradients, hooks start its reduction on the
+communication thread, overlapped with the rest of the backward pass: stage 1
+averages the whole gradients (allreduce), stage 2 reduce-scatters them to the
+rows' owners and keeps only this rank's rows.
 """
 
 import contextlib
@@ -80,14 +80,12 @@ class ShardedOptimizer:
         self._pending = []
         self._thread = (ctx.communication_thread()
                         if CommunicationThread.available() and ctx.size > 1 else None)
-        if stage == 2:
-            self._buckets = _buckets(self.shards, bucket_size_mb * _MEBIBYTE)
-            self._bucket_of = {id(s.parameter): i for i, b in enumerate(self._buckets)
-                               for s in b}
-            self._ready = [set() for _ in self._buckets]
-            self._next = 0
-            for shard in self.shards:
-                shard.parameter.register_post_accumulate_grad_hook(self._on_grad_ready)
+        self._buckets = _buckets(self.shards, bucket_size_mb * _MEBIBYTE)
+        self._bucket_of = {id(s.parameter): i for i, b in enumerate(self._buckets) for s in b}
+        self._ready = [set() for _ in self._buckets]
+        self._next = 0
+        for shard in self.shards:
+            shard.parameter.register_post_accumulate_grad_hook(self._on_grad_ready)
 
     # -- torch.optim.Optimizer's surface ----------------------------------------------------
     @property
@@ -132,33 +130,34 @@ class ShardedOptimizer:
 
     def synchronize(self):
         """Finish the gradient averaging (step() calls it)."""
-        if self.stage == 1:
-            for shard in self.shards:
-                grad = shard.parameter.grad
-                if grad is None:
-                    grad = shard.parameter.grad = torch.zeros_like(shard.parameter)
-                if self.ctx.size > 1:
-                    view = tensor_view(grad)
-                    allreduce(view, op="mean", out=view, ctx=self.ctx)
-                shard.piece.grad = shard.rows_of(grad)
-            return
         if self._next or any(self._ready):  # a backward pass left buckets incomplete
             while self._next < len(self._buckets):
                 self._launch(self._buckets[self._next])
                 self._next += 1
             self._end_backward()
+        whole = {}
         for shards, results in self._pending:
             if not isinstance(results, list):
                 results = results.result()
             for shard, reduced in zip(shards, results):
+                if self.stage == 1:  # the average of the whole gradient
+                    key = id(shard)
+                    whole[key] = reduced if key not in whole else whole[key] + reduced
+                    continue
                 reduced = reduced.reshape(shard.piece.shape)
                 if shard.piece.grad is None:
                     shard.piece.grad = reduced
                 else:
                     shard.piece.grad += reduced
         self._pending = []
+        if self.stage == 1:
+            for shard in self.shards:
+                if id(shard) in whole:
+                    shard.parameter.grad = whole[id(shard)]
+                if shard.parameter.grad is not None:
+                    shard.piece.grad = shard.rows_of(shard.parameter.grad)
 
-    # -- stage 2 ------------------------------------------------------------------------
+    # -- reductions during the backward pass ------------------------------------------------
     def _on_grad_ready(self, parameter):
         if not self._sync:
             return
@@ -181,10 +180,11 @@ class ShardedOptimizer:
                  else torch.zeros_like(s.parameter) for s in shards]
         for shard in shards:  # the next backward pass starts a new gradient
             shard.parameter.grad = None
+        reduce = _allreduce_all if self.stage == 1 else _reduce_all
         if self._thread is None:
-            self._pending.append((shards, _reduce_all(shards, grads, self.ctx)))
+            self._pending.append((shards, reduce(shards, grads, self.ctx)))
         else:
-            self._pending.append((shards, self._thread.submit(_reduce_all, shards, grads,
+            self._pending.append((shards, self._thread.submit(reduce, shards, grads,
                                                               self._thread.ctx)))
 
     def memory_stats(self):
@@ -204,7 +204,20 @@ class ShardedOptimizer:
 
 
 def _reduce_all(shards, grads, ctx):
+    """Stage 2: this rank's rows of each average."""
     return [reduce_rows(shard, grad, ctx) for shard, grad in zip(shards, grads)]
+
+
+def _allreduce_all(shards, grads, ctx):
+    """Stage 1: each whole gradient averaged, in its own memory."""
+    averaged = []
+    for grad in grads:
+        grad = grad.contiguous()
+        if ctx.size > 1:
+            view = tensor_view(grad)
+            allreduce(view, op="mean", out=view, ctx=ctx)
+        averaged.append(grad)
+    return averaged
 
 
 def _buckets(shards, bucket_bytes):

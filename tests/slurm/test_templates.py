@@ -208,6 +208,23 @@ def test_array_template_runs_the_parameter_set_of_its_task(tmp_path):
     assert (task / "metrics.json").exists()
 
 
+@pytest.mark.parametrize("task", ["-1", "abc", "1.5", "", " 2"])
+def test_array_template_rejects_a_task_id_that_is_no_index(tmp_path, task):
+    slurm = FakeSlurm(tmp_path, SLURM_ARRAY_TASK_ID=task, SLURM_ARRAY_JOB_ID=4240)
+    completed = slurm.run("sweep_array.sbatch", sys.executable, FAKE_TRAINING)
+    assert completed.returncode == 1, completed.output
+    expected = (f"SLURM_ARRAY_TASK_ID='{task}' is not an array task index: expected a whole "
+                "number from 0 to 3" if task else "not an array task")
+    assert expected in completed.output, completed.output
+    assert "unbound variable" not in completed.output and "[fake rank" not in completed.output
+
+
+def test_array_template_reads_a_task_id_with_a_leading_zero_in_base_10(tmp_path):
+    slurm = FakeSlurm(tmp_path, ntasks=1, SLURM_ARRAY_TASK_ID="08", SLURM_ARRAY_JOB_ID=4240)
+    completed = slurm.run("sweep_array.sbatch", sys.executable, FAKE_TRAINING, "--seconds", "0")
+    assert completed.returncode == 1 and "array task 8 has no parameter set" in completed.output
+
+
 def test_array_template_rejects_a_task_without_parameter_set(tmp_path):
     slurm = FakeSlurm(tmp_path, SLURM_ARRAY_TASK_ID=4, SLURM_ARRAY_JOB_ID=4240)
     completed = slurm.run("sweep_array.sbatch", sys.executable, FAKE_TRAINING)

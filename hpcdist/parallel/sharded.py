@@ -195,7 +195,10 @@ class ShardedDataParallel(Module):
         Inside :meth:`no_sync`, gradients only accumulate locally.
         """
         if self._ddp is not None:
-            return self._ddp.backward(grad_output)
+            grad_input = self._ddp.backward(grad_output)
+            if self._ddp._sync_enabled:
+                self._bind_whole_gradients()
+            return grad_input
         grad_input = self.module.backward(grad_output)
         if self._sync_enabled:
             start = time.perf_counter()
@@ -223,14 +226,25 @@ class ShardedDataParallel(Module):
         updated rows into every rank's whole parameters."""
         self._finish_reductions()
         if self.stage == 1:
-            for shard in self.shards:
-                grad = shard.parameter.grad
-                shard.piece.grad = None if grad is None else shard.rows_of(grad)
+            self._bind_whole_gradients()
         if self._layers is not None:
             self._layers.discard_prefetched()
         self.optimizer.step()
         if self.stage < 3:
             self._allgather_parameters()
+
+    @property
+    def param_groups(self):
+        """The optimizer's parameter groups (this rank's rows, with their gradients after
+        backward), so that ``nn.amp.DynamicLossScaler.step(sdp)`` unscales and checks the
+        float32 gradient shards and steps through :meth:`step`."""
+        return self.optimizer.param_groups
+
+    def _bind_whole_gradients(self):
+        """Stage 1: each piece's gradient is its rows of the averaged whole gradient."""
+        for shard in self.shards:
+            grad = shard.parameter.grad
+            shard.piece.grad = None if grad is None else shard.rows_of(grad)
 
     def zero_grad(self, set_to_none=False):
         """Zero (or drop) the gradients: the whole ones and this rank's rows."""

@@ -6,6 +6,7 @@ import hpcdist
 from hpcdist import nn
 from hpcdist.checkpoint import CheckpointManager
 from hpcdist.exceptions import ConfigMismatchError, InvalidArgumentError, InvalidArgumentTypeError
+from hpcdist.nn.amp import DynamicLossScaler
 from hpcdist.nn.optim import SGD, Adam, AdamW, StepLR
 from hpcdist.parallel import ShardedDataParallel
 from tests.helpers import all_ranks, assert_on_all_ranks, check_array, expect_error, mpi_twin
@@ -318,3 +319,40 @@ def test_load_state_of_another_shape(ctx):
 
 
 test_load_state_of_another_shape_mpi = mpi_twin(test_load_state_of_another_shape)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.parametrize("stage", STAGES)
+def test_loss_scaling_steps_float32_shards_like_ddp(ctx, stage):
+    """float32 parameters (the master shards), float16 activations, a dynamic loss scale
+    agreed over the ranks; the first step overflows and is skipped everywhere."""
+    X, y = make_data(3)
+
+    def run(sharded):
+        model = nn.Sequential(nn.Linear(N_FEATURES, N_HIDDEN, random_state=0), nn.Tanh(),
+                              nn.Linear(N_HIDDEN, N_CLASSES, random_state=1))
+        optimizer = Adam(model.parameters(), lr=0.01)
+        wrapped = (ShardedDataParallel(model, optimizer, stage=stage, ctx=ctx) if sharded
+                   else hpcdist.DDP(model, ctx=ctx))
+        scaler = DynamicLossScaler(init_scale=2.0 ** 40, ctx=ctx)
+        criterion = nn.CrossEntropyLoss()
+        stepped = []
+        for step in range(3):
+            rows = local_rows(step, ctx.rank, ctx.size)
+            wrapped.zero_grad() if sharded else optimizer.zero_grad()
+            criterion(wrapped(X[rows].astype(np.float16)), y[rows])
+            wrapped.backward(criterion.backward(scaler.scale))
+            stepped.append(scaler.step(wrapped if sharded else optimizer))
+        state = wrapped.full_state_dict() if sharded else model.state_dict()
+        return stepped, state, scaler.scale
+    stepped, state, scale = run(True)
+    expected_stepped, expected, expected_scale = run(False)
+    with all_ranks(f"stage {stage} with loss scaling"):
+        assert stepped == expected_stepped and not stepped[0] and scale == expected_scale
+        for name, value in expected.items():
+            assert state[name].dtype == np.float32
+            np.testing.assert_allclose(state[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+test_loss_scaling_steps_float32_shards_like_ddp_mpi = mpi_twin(
+    test_loss_scaling_steps_float32_shards_like_ddp)

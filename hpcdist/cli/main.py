@@ -33,7 +33,6 @@ BENCHMARKS = {"collectives": "hpcdist.bench.collectives",
               "ps": "hpcdist.bench.ps",
               "ps-modes": "hpcdist.bench.ps_modes",
               "sharded": "hpcdist.bench.sharded",
-              "recovery": "hpcdist.bench.recovery",
               "gpu": "hpcdist.bench.gpu"}
 #: benchmarks that start one mpiexec job per rank count themselves: ``-n N``
 #: becomes ``--ranks 1,N`` (measured at 1 rank and at N ranks)

@@ -7,7 +7,10 @@ library in ``CMD`` still finds its launcher), forwards SIGTERM, SIGINT and
 SIGUSR1 to it, and, when ``HPCDIST_RUN_DIR`` is set, records how the rank
 ended in ``HPCDIST_RUN_DIR/rank-R.status`` (``exit N`` or ``signal NAME``)
 so that ``hpcdist run`` can say which rank failed and how. The wrapper
-exits with the child's code (128 + signal number for a signal).
+exits with the child's code (128 + signal number for a signal). Before the
+command starts, the MPICH shared-memory segments that killed jobs left in
+/dev/shm are removed (:mod:`hpcdist.launch.shm_segments`): one with the name
+this job's MPI will use would make its ``MPI_Init`` fail.
 
 It never imports MPI.
 """
@@ -17,8 +20,10 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from .environment import rank_layout
+from .shm_segments import remove_stale_segments
 
 __all__ = ["main", "describe_status"]
 
@@ -55,8 +60,17 @@ def _record(rank, text):
     os.replace(path + ".tmp", path)
 
 
+def _attempt_start():
+    """When this attempt of ``hpcdist run`` started (epoch seconds; now without one)."""
+    try:
+        return float(os.environ["HPCDIST_ATTEMPT_STARTED"])
+    except (KeyError, ValueError):
+        return time.time()
+
+
 def main(argv=None):
     """Run one rank's command; returns the exit code to use."""
+    started = _attempt_start()
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--":
         argv = argv[1:]
@@ -68,6 +82,7 @@ def main(argv=None):
     for name, value in (("RANK", rank), ("WORLD_SIZE", size), ("LOCAL_RANK", local_rank)):
         if value is not None:
             env[name] = str(value)
+    remove_stale_segments(created_before=started)  # what killed jobs left: see the module
     try:
         # close_fds=False: Hydra's PMI talks to the rank over an inherited descriptor.
         # A session of its own: a signal sent to the launcher's process group

@@ -233,7 +233,7 @@ def run_job(command, n, *, launcher="auto", max_restarts=0, backoff=1.0, max_bac
         while True:
             env = clean_environment()
             env.update(HPCDIST_RUN_DIR=run_dir, HPCDIST_RESTART_COUNT=str(len(attempts)),
-                       **extra_env)
+                       HPCDIST_ATTEMPT_STARTED=repr(time.time()), **extra_env)
             print(f"[hpcdist run] attempt {len(attempts) + 1}: {' '.join(argv)}", file=log,
                   flush=True)
             t0 = time.perf_counter()

@@ -33,10 +33,12 @@ BENCHMARKS = {"collectives": "hpcdist.bench.collectives",
               "ps": "hpcdist.bench.ps",
               "ps-modes": "hpcdist.bench.ps_modes",
               "sharded": "hpcdist.bench.sharded",
+              "startup": "hpcdist.bench.startup",
               "gpu": "hpcdist.bench.gpu"}
 #: benchmarks that start one mpiexec job per rank count themselves: ``-n N``
 #: becomes ``--ranks 1,N`` (measured at 1 rank and at N ranks)
-SELF_LAUNCHING = {"mlp", "kmeans", "forest", "checkpoint", "strategies", "pipeline", "ps-modes"}
+SELF_LAUNCHING = {"mlp", "kmeans", "forest", "checkpoint", "strategies", "pipeline", "ps-modes",
+                  "startup"}
 
 
 def build_parser():

@@ -21,8 +21,8 @@ from .sharded_rows import (
     TorchRowShard,
     check_stage,
     check_torch_optimizer,
-    gather_rows,
-    reduce_rows,
+    gather_rows_coalesced,
+    reduce_rows_coalesced,
     verify_same_everywhere,
 )
 
@@ -122,10 +122,7 @@ class ShardedOptimizer:
                 loss = closure()
         self.synchronize()
         self.optimizer.step()
-        with torch.no_grad():
-            for shard in self.shards:
-                if self.ctx.size > 1:
-                    shard.parameter.data.copy_(gather_rows(shard, shard.piece.data, self.ctx))
+        gather_rows_coalesced(self.shards, self.ctx)
         return loss
 
     def synchronize(self):
@@ -204,19 +201,21 @@ class ShardedOptimizer:
 
 
 def _reduce_all(shards, grads, ctx):
-    """Stage 2: this rank's rows of each average."""
-    return [reduce_rows(shard, grad, ctx) for shard, grad in zip(shards, grads)]
+    """Stage 2: this rank's rows of each average (one reduce-scatter per bucket)."""
+    return reduce_rows_coalesced(shards, grads, ctx)
 
 
 def _allreduce_all(shards, grads, ctx):
-    """Stage 1: each whole gradient averaged, in its own memory."""
-    averaged = []
+    """Stage 1: the whole gradients averaged, in one flat allreduce per bucket."""
+    if ctx.size == 1:
+        return grads
+    flat = torch.cat([grad.reshape(-1) for grad in grads])
+    view = tensor_view(flat)
+    allreduce(view, op="mean", out=view, ctx=ctx)
+    averaged, offset = [], 0
     for grad in grads:
-        grad = grad.contiguous()
-        if ctx.size > 1:
-            view = tensor_view(grad)
-            allreduce(view, op="mean", out=view, ctx=ctx)
-        averaged.append(grad)
+        averaged.append(flat[offset:offset + grad.numel()].view(grad.shape))
+        offset += grad.numel()
     return averaged
 
 

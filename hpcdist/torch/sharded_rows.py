@@ -14,7 +14,7 @@ from ..comm.tensors import tensor_view
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["TorchRowShard", "check_stage", "check_torch_optimizer", "verify_same_everywhere",
-           "reduce_rows", "gather_rows"]
+           "reduce_rows", "gather_rows", "reduce_rows_coalesced", "gather_rows_coalesced"]
 
 
 class TorchRowShard:
@@ -50,15 +50,15 @@ class TorchRowShard:
 def reduce_rows(shard, grad, ctx):
     """This rank's rows of the average of ``grad`` over ranks (a new tensor)."""
     grad = shard.as_rows(grad).contiguous()
-    reduced = reduce_scatter(tensor_view(grad), op="mean", counts=shard.counts, ctx=ctx)
-    return torch.from_numpy(reduced) if not grad.is_cuda else torch.from_dlpack(reduced)
+    return _as_tensor(reduce_scatter(tensor_view(grad), op="mean", counts=shard.counts, ctx=ctx),
+                      grad)
 
 
 def gather_rows(shard, rows, ctx):
     """The whole parameter from every rank's ``rows`` (a new tensor of its shape)."""
-    gathered = allgather(tensor_view(rows.detach().contiguous()), counts=shard.counts, ctx=ctx)
-    tensor = torch.from_numpy(gathered) if not rows.is_cuda else torch.from_dlpack(gathered)
-    return shard.whole(tensor)
+    rows = rows.detach().contiguous()
+    return shard.whole(_as_tensor(allgather(tensor_view(rows), counts=shard.counts, ctx=ctx),
+                                  rows))
 
 
 def check_stage(owner, stage, allowed):
@@ -103,3 +103,62 @@ def verify_same_everywhere(owner, ctx, named, settings, optimizer=None):
     agree_config(ctx, owner, values,
                  fix="every rank must build the same model (and optimizer) and wrap them with "
                      "the same settings")
+
+
+def _as_tensor(array, like):
+    """A collective's result (NumPy or CuPy) as a tensor on ``like``'s device, no copy."""
+    return torch.from_dlpack(array) if like.is_cuda else torch.from_numpy(array)
+
+
+def _row_elements(shard):
+    return int(torch.Size(shard.shape[1:]).numel()) if shard.shape else 1
+
+
+def _rank_major(shards, tensors, size):
+    """One flat tensor of every rank's rows of ``tensors``, rank by rank (the order a
+    reduce-scatter hands out and an allgather collects), and each rank's element count."""
+    parts, counts = [], []
+    for rank in range(size):
+        count = 0
+        for shard, tensor in zip(shards, tensors):
+            start = sum(shard.counts[:rank])
+            rows = shard.as_rows(tensor)[start:start + shard.counts[rank]]
+            parts.append(rows.reshape(-1))
+            count += rows.numel()
+        counts.append(count)
+    return torch.cat(parts), counts
+
+
+def reduce_rows_coalesced(shards, grads, ctx):
+    """This rank's rows of the average of each of ``grads``, in one reduce-scatter."""
+    if ctx.size == 1:
+        return [shard.as_rows(grad).clone() for shard, grad in zip(shards, grads)]
+    flat, counts = _rank_major(shards, grads, ctx.size)
+    reduced = _as_tensor(reduce_scatter(tensor_view(flat), op="mean", counts=counts, ctx=ctx),
+                         flat)
+    results, offset = [], 0
+    for shard in shards:
+        n = (shard.stop - shard.start) * _row_elements(shard)
+        results.append(reduced[offset:offset + n])
+        offset += n
+    return results
+
+
+def gather_rows_coalesced(shards, ctx):
+    """Every rank's rows of each shard's piece, written into the whole parameters, in one
+    allgather."""
+    if ctx.size == 1:
+        return
+    local = torch.cat([shard.piece.detach().reshape(-1) for shard in shards])
+    counts = [sum(shard.counts[rank] * _row_elements(shard) for shard in shards)
+              for rank in range(ctx.size)]
+    gathered = _as_tensor(allgather(tensor_view(local), counts=counts, ctx=ctx), local)
+    offset = 0
+    with torch.no_grad():
+        for rank in range(ctx.size):
+            for shard in shards:
+                start = sum(shard.counts[:rank])
+                rows = shard.as_rows(shard.parameter.data)[start:start + shard.counts[rank]]
+                n = rows.numel()
+                rows.copy_(gathered[offset:offset + n].view_as(rows))
+                offset += n

@@ -68,3 +68,27 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "mpi" not in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line counting the documentation's examples that ran (tests/docs), by kind.
+
+    Here rather than in tests/docs: with pytest-xdist only the controller
+    prints, and it loads this file alone.
+    """
+    counts = {}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for report in terminalreporter.stats.get(outcome, ()):
+            nodeid = getattr(report, "nodeid", "")
+            if report.when not in ("call", "setup") or "::test_example_runs[" not in nodeid \
+                    or not nodeid.startswith("tests/docs/"):
+                continue
+            if report.when == "setup" and outcome == "passed":
+                continue
+            kind = nodeid.rsplit("-", 1)[-1].rstrip("]").rstrip("0123456789") or "?"
+            counts.setdefault(outcome, {}).setdefault(kind, 0)
+            counts[outcome][kind] += 1
+    if counts:
+        terminalreporter.write_line("documentation examples: " + "; ".join(
+            f"{outcome} " + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+            for outcome, kinds in counts.items()))

@@ -33,12 +33,14 @@ BENCHMARKS = {"collectives": "hpcdist.bench.collectives",
               "ps": "hpcdist.bench.ps",
               "ps-modes": "hpcdist.bench.ps_modes",
               "sharded": "hpcdist.bench.sharded",
-              "startup": "hpcdist.bench.startup",
+              "recovery": "hpcdist.bench.recovery",
+              "recovery": "hpcdist.bench.recovery",
               "gpu": "hpcdist.bench.gpu"}
 #: benchmarks that start one mpiexec job per rank count themselves: ``-n N``
 #: becomes ``--ranks 1,N`` (measured at 1 rank and at N ranks)
-SELF_LAUNCHING = {"mlp", "kmeans", "forest", "checkpoint", "strategies", "pipeline", "ps-modes",
-                  "startup"}
+SELF_LAUNCHING = {"mlp", "kmeans", "forest", "checkpoint", "strategies", "pipeline", "ps-modes"}
+#: benchmarks that drive jobs of their own design from this process (their --ranks, not -n)
+DRIVERS = {"recovery"}
 
 
 def build_parser():
@@ -134,6 +136,8 @@ def _take_ranks_option(parser, args):
 def _run_bench(parser, args):
     _take_ranks_option(parser, args)
     module = BENCHMARKS[args.name]
+    if args.name in DRIVERS:
+        return importlib.import_module(module).main(args.options)
     if args.name in SELF_LAUNCHING and not under_mpi_launcher():
         ranks = ",".join(str(n) for n in sorted({1, args.ranks}))
         return importlib.import_module(module).main(["--ranks", ranks, *args.options])

@@ -10,6 +10,7 @@ and aborts the job.
 """
 
 import os
+import signal
 import socket
 import sys
 import threading
@@ -118,6 +119,11 @@ class Watchdog:
         self.comm = comm
         self.timeout = timeout
         self.fault_tolerant = fault_tolerant
+        # (host, pid) of every rank of comm: with fault tolerance, a rank that stops
+        # answering is killed by a peer on its node, so that ULFM reports it lost
+        self._processes = (comm.allgather((socket.gethostname(), os.getpid()))
+                           if fault_tolerant else None)
+        self._killed = set()
         self._contexts = weakref.WeakSet()
         self._ending = None  # (since, seconds) after a termination signal
         self._question = np.zeros(1, dtype=np.int64)
@@ -196,7 +202,8 @@ class Watchdog:
                         current, f"HPCDIST_TERM_STALL_TIMEOUT={ending[1]:g} after SIGTERM",
                         _TERMINATION_REPLY_GRACE_SECONDS)
                 elif current[2] > self.timeout:
-                    self._diagnose_and_abort(current)
+                    if not (self.fault_tolerant and self._kill_silent_ranks(current)):
+                        self._diagnose_and_abort(current)
                 elif current[2] > self.timeout * _EARLY_FRACTION and current[:2] != warned:
                     warned = current[:2]
                     self._report_early(current)
@@ -210,6 +217,33 @@ class Watchdog:
         while self._request.Test(status):
             self.comm.send(self._status(), dest=status.Get_source(), tag=_REPLY)
             self._request = self.comm.Irecv(self._query, source=MPI.ANY_SOURCE, tag=_QUERY)
+
+    def _kill_silent_ranks(self, current):
+        """Fault tolerance on, a call stalled past the timeout: the ranks that do not
+        answer (stopped, or hung with the interpreter lock held) are declared failed and
+        killed by this rank where they run on its node (elsewhere Open MPI's failure
+        detector, which ``hpcdist run --fault-tolerant`` turns on, reports them); the
+        survivors' pending calls then raise RankFailedError. Returns whether to wait on
+        (a rank was silent, and the call has waited less than twice the timeout); else
+        the stall is reported and ends the job as without fault tolerance."""
+        replies = self._survey()
+        rank, host = self.comm.Get_rank(), socket.gethostname()
+        silent = [r for r in range(self.comm.Get_size()) if r != rank and r not in replies]
+        for other in silent:
+            other_host, pid = self._processes[other]
+            if other_host == host and other not in self._killed:
+                self._killed.add(other)
+                print(f"hpcdist: rank {other} (pid {pid} on {host}) has not answered for "
+                      f"{current[2]:.1f} s (HPCDIST_STALL_TIMEOUT={self.timeout:g}): declared "
+                      "failed and killed; the others go on without it", file=sys.stderr,
+                      flush=True)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        # a silent rank on another node without a failure detector: at twice the
+        # timeout the job ends as without fault tolerance
+        return bool(silent) and current[2] < 2 * self.timeout
 
     def _survey(self, grace=_REPLY_GRACE_SECONDS):
         """Every other rank's :meth:`_status` (rank -> status; missing: no answer within

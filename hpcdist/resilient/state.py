@@ -2,6 +2,8 @@
 
 import copy
 
+import numpy as np
+
 from ..comm import resolve_context
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from ..parallel import ShardedDataParallel
@@ -19,11 +21,40 @@ def _refuse_sharded(name, value):
             "them; commit a DistributedDataParallel model (every rank holds all of it)")
 
 
-def _snapshot(value):
-    """A copy of ``value`` that later training does not change."""
+def _is_tensor(value):
+    return type(value).__module__.startswith("torch") and hasattr(value, "copy_")
+
+
+def _same_layout(a, b):
+    return a.shape == b.shape and a.dtype == b.dtype and getattr(a, "device", None) == \
+        getattr(b, "device", None)
+
+
+def _refresh(saved, current):
+    """A copy of ``current`` that later training does not change, written into the arrays
+    of ``saved`` (the previous copy) where their layout matches: a commit every step
+    then allocates nothing."""
+    if isinstance(current, np.ndarray) and type(saved) is np.ndarray \
+            and _same_layout(saved, current):
+        np.copyto(saved, current)
+        return saved
+    if _is_tensor(current) and _is_tensor(saved) and _same_layout(saved, current):
+        saved.copy_(current.detach())
+        return saved
+    if type(current) is dict and type(saved) is dict and saved.keys() == current.keys():
+        return {key: _refresh(saved[key], value) for key, value in current.items()}
+    if type(current) in (list, tuple) and type(saved) is type(current) \
+            and len(saved) == len(current):
+        return type(current)(_refresh(old, new) for old, new in zip(saved, current))
+    return copy.deepcopy(current)
+
+
+def _snapshot(value, saved=None):
+    """A copy of ``value`` (its ``state_dict()`` when it has one) that later training does
+    not change, reusing the arrays of ``saved``, the previous copy."""
     if hasattr(value, "state_dict") and hasattr(value, "load_state_dict"):
-        return copy.deepcopy(value.state_dict())
-    return copy.deepcopy(value)
+        value = value.state_dict()
+    return _refresh(saved, value)
 
 
 class State:
@@ -88,7 +119,9 @@ class State:
 
         After a lost rank, training goes on from the last commit.
         """
-        self._committed = {name: _snapshot(value) for name, value in self._values.items()}
+        previous = self._committed or {}
+        self._committed = {name: _snapshot(value, previous.get(name))
+                           for name, value in self._values.items()}
         self._commits += 1
 
     def restore(self):

@@ -20,6 +20,7 @@ from hpcdist.nn.optim import SGD
 from hpcdist.resilient import State, run
 
 KILLS = json.loads({kills!r})          # world rank -> step at whose start it dies
+STOPS = json.loads({stops!r})          # world rank -> step at whose start it stops
 STEPS, N, F = 30, 48, 5
 ctx = hpcdist.init(fault_tolerance="shrink")
 world_rank = ctx.rank
@@ -55,6 +56,8 @@ def train(state):
     while state.step < STEPS:
         if KILLS.get(str(world_rank)) == state.step:
             die_here()
+        if STOPS.get(str(world_rank)) == state.step:
+            os.kill(os.getpid(), signal.SIGSTOP)   # stops answering; the watchdog kills it
         optimizer.zero_grad()
         criterion(ddp(rows["X"]), rows["Y"])
         ddp.backward(criterion.backward())
@@ -97,14 +100,26 @@ def _result(output):
 ])
 def test_nn_training_that_loses_ranks_ends_where_one_process_ends(tmp_path, n, kills,
                                                                   survivors):
-    rc, seconds, output = run_ulfm_job(_NN_JOB.format(kills=json.dumps(kills)), tmp_path, n=n,
-                                       timeout=150)
+    rc, seconds, output = run_ulfm_job(_NN_JOB.format(kills=json.dumps(kills), stops="{}"),
+                                       tmp_path, n=n, timeout=150)
     result = _result(output)
     assert result["steps"] == 30, output
     assert result["size"] == survivors, output
     assert result["diff"] < 1e-9, output
     assert sorted(result["ranks_lost"]) != [] and len(result["ranks_lost"]) == n - survivors
     assert str(result["world_rank"]) not in kills, output
+
+
+@needs_ulfm
+def test_a_stopped_rank_is_declared_failed_and_training_ends_exactly(tmp_path):
+    rc, seconds, output = run_ulfm_job(
+        _NN_JOB.format(kills="{}", stops=json.dumps({"1": 6})), tmp_path, n=3, timeout=150,
+        HPCDIST_STALL_TIMEOUT=10)
+    result = _result(output)
+    assert result["steps"] == 30 and result["size"] == 2, output
+    assert result["diff"] < 1e-9, output
+    assert result["ranks_lost"] == [1], output
+    assert "rank 1 (pid" in output and "declared failed and killed" in output, output
 
 
 _TORCH_JOB = """

@@ -33,12 +33,13 @@ BENCHMARKS = {"collectives": "hpcdist.bench.collectives",
               "ps": "hpcdist.bench.ps",
               "ps-modes": "hpcdist.bench.ps_modes",
               "sharded": "hpcdist.bench.sharded",
-              "recovery": "hpcdist.bench.recovery",
+              "startup": "hpcdist.bench.startup",
               "recovery": "hpcdist.bench.recovery",
               "gpu": "hpcdist.bench.gpu"}
 #: benchmarks that start one mpiexec job per rank count themselves: ``-n N``
 #: becomes ``--ranks 1,N`` (measured at 1 rank and at N ranks)
-SELF_LAUNCHING = {"mlp", "kmeans", "forest", "checkpoint", "strategies", "pipeline", "ps-modes"}
+SELF_LAUNCHING = {"mlp", "kmeans", "forest", "checkpoint", "strategies", "pipeline", "ps-modes",
+                  "startup"}
 #: benchmarks that drive jobs of their own design from this process (their --ranks, not -n)
 DRIVERS = {"recovery"}
 

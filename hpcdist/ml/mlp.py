@@ -546,8 +546,8 @@ class MLPClassifier(DistributedClassifierMixin, _BaseMLP):
             if len(self.classes_) < 2:  # the classes of all ranks: all raise
                 raise mark_raised_on_every_rank(InvalidArgumentError(
                     f"MLPClassifier.fit: all ranks together have only one class, "
-                    f"{self.classes_.tolist()}, in n_samples={data.n_global}; need at least 2 "
-                    "classes"))
+                    f"{self.classes_.tolist()}, in n_samples={data.n_global} over all ranks; need "
+                    "at least 2 classes"))
         elif classes is not None and not np.array_equal(classes, self.classes_):
             raise InvalidArgumentError(
                 f"MLPClassifier.partial_fit: classes={classes.tolist()} is not "

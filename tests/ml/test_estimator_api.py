@@ -138,11 +138,16 @@ def test_y_none_says_y_is_required(cls):
                  match="requires y to be passed, but the target y is None")
 
 
-@pytest.mark.parametrize("cls", [MLPClassifier, MLPRegressor])
-def test_a_single_sample_is_named(cls):
+def test_a_single_sample_is_named():
     X, y = _rows()
-    expect_error(ValueError, cls().fit, X[:1], y[:1],
-                 match=rf"n_samples={hpcdist.get_world_size()} over all ranks")
+    expect_error(ValueError, MLPClassifier().fit, X[:1], y[:1],
+                 match=[rf"n_samples={hpcdist.get_world_size()} over all ranks", "one class"])
+
+
+def test_a_regressor_fits_a_single_sample_as_scikit_learn():
+    X, y = _rows()
+    reg = MLPRegressor(max_iter=2, tol=0).fit(X[:1], y[:1].astype(float))
+    assert reg.predict(X[:1]).shape == (1,)
 
 
 # every test above but the MPI-only one also runs under mpiexec: test_..._mpi
@@ -151,7 +156,8 @@ for _test in (test_fit_takes_X_and_y_by_keyword_and_the_old_names_warn,
               test_the_fitted_width_is_checked_by_validate_data,
               test_partial_fit_takes_the_classes_of_all_calls,
               test_continuous_targets_to_a_classifier, test_a_column_y_warns_and_fits_as_a_1d_y,
-              test_y_none_says_y_is_required, test_a_single_sample_is_named):
+              test_y_none_says_y_is_required, test_a_single_sample_is_named,
+              test_a_regressor_fits_a_single_sample_as_scikit_learn):
     globals()[f"{_test.__name__}_mpi"] = mpi_twin(_test)
 
 

@@ -39,7 +39,13 @@ from .buckets import bucket_groups
 from .ddp import DistributedDataParallel, sync_buffers
 from .replica import _check_optimizer_owns
 from .sharded_layers import LayerGathering
-from .sharded_rows import RowShard, bytes_held, released
+from .sharded_rows import (
+    RowShard,
+    bytes_held,
+    gather_rows_coalesced,
+    reduce_rows_coalesced,
+    released,
+)
 from .sharded_state import full_module_state, load_sharded_state, sharded_state
 
 __all__ = ["ShardedDataParallel"]
@@ -147,6 +153,10 @@ class ShardedDataParallel(Module):
         size, rank = self.ctx.size, self.ctx.rank
         self.shards = [RowShard(name, p, size, rank) for name, p in named]
         self._shard_of = {id(s.parameter): s for s in self.shards}
+        groups = {}
+        for shard in self.shards:
+            groups.setdefault((str(shard.dtype), type(shard.parameter.data)), []).append(shard)
+        self._dtype_groups = list(groups.values())
         _repoint_optimizer(optimizer, self._shard_of)
         progress = CommunicationThread.available() and size > 1
         self._thread = self.ctx.communication_thread() if progress else None
@@ -301,11 +311,11 @@ class ShardedDataParallel(Module):
         self._pending = []
 
     def _allgather_parameters(self):
+        """Every rank's updated rows into the whole parameters: one allgather per dtype."""
         if self.ctx.size == 1:
             return
-        for shard in self.shards:
-            gathered = allgather(shard.piece.data, counts=shard.counts, ctx=self.ctx)
-            shard.as_rows(shard.parameter.data)[...] = gathered
+        for group in self._dtype_groups:
+            gather_rows_coalesced(group, self.ctx, allgather)
 
     def _check_shapes(self):
         for shard in self.shards:
@@ -373,9 +383,9 @@ class ShardedDataParallel(Module):
 
 
 def _reduce_all(grads, shards, ctx):
-    """Reduce-scatter each gradient (rows first) to its rows' owners, averaged."""
-    return [reduce_scatter(grad, op="mean", counts=shard.counts, ctx=ctx)
-            for grad, shard in zip(grads, shards)]
+    """Reduce-scatter a bucket's gradients (one dtype) to their rows' owners, averaged, in
+    one collective."""
+    return reduce_rows_coalesced(shards, grads, ctx, reduce_scatter)
 
 
 def _repoint_optimizer(optimizer, shard_of):

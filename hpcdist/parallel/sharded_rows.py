@@ -13,9 +13,10 @@ parameter's own shape.
 import numpy as np
 
 from .._partition import balanced_counts
-from ..nn.module import Parameter
+from ..nn.module import Parameter, array_module
 
-__all__ = ["RowShard", "released", "is_released", "bytes_held"]
+__all__ = ["RowShard", "released", "is_released", "bytes_held", "reduce_rows_coalesced",
+           "gather_rows_coalesced"]
 
 
 class RowShard:
@@ -92,3 +93,50 @@ def is_released(array):
 def bytes_held(array):
     """Bytes of memory ``array`` holds (0 for none or a released stand-in)."""
     return 0 if array is None or is_released(array) else int(array.nbytes)
+
+
+def _rank_major(shards, arrays, xp):
+    """Every rank's rows of ``arrays`` in one flat array, rank by rank (the order a
+    reduce-scatter hands out and an allgather collects), and each rank's element count."""
+    size = len(shards[0].counts)
+    parts, counts = [], []
+    for rank in range(size):
+        count = 0
+        for shard, array in zip(shards, arrays):
+            start = sum(shard.counts[:rank])
+            rows = shard.as_rows(array)[start:start + shard.counts[rank]]
+            parts.append(rows.reshape(-1))
+            count += rows.size
+        counts.append(count)
+    return xp.concatenate(parts), counts
+
+
+def reduce_rows_coalesced(shards, grads, ctx, reduce_scatter):
+    """This rank's rows of the average over ranks of each of ``grads`` (one dtype), in one
+    reduce-scatter."""
+    xp = array_module(grads[0])
+    flat, counts = _rank_major(shards, grads, xp)
+    reduced = reduce_scatter(flat, op="mean", counts=counts, ctx=ctx)
+    results, offset = [], 0
+    for shard in shards:
+        n = (shard.stop - shard.start) * shard.row_elements
+        results.append(reduced[offset:offset + n])
+        offset += n
+    return results
+
+
+def gather_rows_coalesced(shards, ctx, allgather):
+    """Write every rank's rows of each shard's piece (one dtype) into the whole parameters,
+    in one allgather."""
+    xp = array_module(shards[0].piece.data)
+    local = xp.concatenate([shard.piece.data.reshape(-1) for shard in shards])
+    counts = [sum(shard.counts[rank] * shard.row_elements for shard in shards)
+              for rank in range(len(shards[0].counts))]
+    gathered = allgather(local, counts=counts, ctx=ctx)
+    offset = 0
+    for rank in range(len(counts)):
+        for shard in shards:
+            start = sum(shard.counts[:rank])
+            rows = shard.as_rows(shard.parameter.data)[start:start + shard.counts[rank]]
+            rows[...] = gathered[offset:offset + rows.size].reshape(rows.shape)
+            offset += rows.size

@@ -22,11 +22,19 @@ _CALLS = {
     "agree_config": ("__import__('hpcdist.comm.agreement', fromlist=['x']).agree_config("
                      "ctx, 'test', {'lr': 0.1})"),
     "split": "ctx.split(0).allreduce(np.ones(1))",
+    "checkpoint_save": ("__import__('hpcdist.checkpoint', fromlist=['x']).CheckpointManager("
+                        "'ckpt').save(_, {'w': np.ones(3)})"),
+    "local_sgd": "local_sgd.step()",
 }
 
 _DETECT = """
 ctx = hpcdist.init(fault_tolerance="shrink")
 assert ctx.fault_tolerance == "shrink"
+from hpcdist import nn
+from hpcdist.nn.optim import SGD
+from hpcdist.parallel import LocalSGD
+model = nn.Linear(3, 1, dtype=np.float64, random_state=0)
+local_sgd = LocalSGD(model, SGD(model.parameters(), lr=0.1), period=1)
 hpcdist.barrier()
 if ctx.rank == ctx.size - 1:
     die_here()

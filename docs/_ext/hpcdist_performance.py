@@ -11,9 +11,11 @@ the committed results.
 :func:`write_pages` does the work and is what the tests call.
 """
 
+import importlib
 import json
 import math
 import os
+import re
 
 #: summary fields that hold this project's pass/fail bookkeeping, not a measurement
 BOOKKEEPING = {"status", "target", "limit", "strict", "pass", "passed"}
@@ -50,14 +52,17 @@ def _escape(text):
     return text
 
 
-def _table(header, rows, widths=None):
-    """An rst ``list-table`` of ``rows`` (lists of cells) under ``header``."""
+def _table(header, rows, widths=None, cells_are_rst=False):
+    """An rst ``list-table`` of ``rows`` (lists of cells) under ``header``.
+
+    Cells are shown as plain text unless ``cells_are_rst`` (already escaped rst).
+    """
     lines = [".. list-table::", "   :header-rows: 1"]
     if widths:
         lines.append("   :widths: " + " ".join(str(w) for w in widths))
     lines.append("")
     for row in [header, *rows]:
-        cells = [_text(c) or "\\ " for c in row]
+        cells = [(str(c) if cells_are_rst else _text(c)) or "\\ " for c in row]
         lines.append("   * - " + cells[0])
         lines.extend("     - " + c for c in cells[1:])
     lines.append("")
@@ -168,12 +173,35 @@ def page_for(name, report, results_dir, out_dir):
     return "\n".join(lines)
 
 
-def write_pages(results_dir, out_dir):
+def benchmark_descriptions():
+    """``{benchmark name: what it measures}``, the first line of each benchmark's docstring."""
+    from hpcdist.cli.main import BENCHMARKS
+
+    found = {}
+    for name, module in BENCHMARKS.items():
+        doc = (importlib.import_module(module).__doc__ or "").strip()
+        first = doc.split("\n\n")[0].replace("\n", " ")
+        found[name] = re.sub(r"^``hpcdist bench [\w-]+``(, [^:]*)?:\s*", "", first)
+    return found
+
+
+def _description(report, name, descriptions):
+    bench = str(report.get("benchmark") or name)
+    for key in (bench, bench.split("_")[0], name.split("_")[0]):
+        if key in descriptions:
+            return descriptions[key]
+    return ""
+
+
+def write_pages(results_dir, out_dir, descriptions=None):
     """Write ``index.rst`` and one page per report of ``results_dir`` into ``out_dir``.
 
-    Returns the names of the benchmark pages written (the JSON files' stems).
-    A report that is not valid JSON raises ``ValueError`` naming the file.
+    ``descriptions`` maps a benchmark's name to what it measures, shown in the
+    index.  Returns the names of the benchmark pages written (the JSON files'
+    stems).  A report that is not valid JSON raises ``ValueError`` naming the file.
     """
+    descriptions = descriptions or {}
+    rows = []
     names = sorted(f[:-5] for f in os.listdir(results_dir) if f.endswith(".json"))
     os.makedirs(out_dir, exist_ok=True)
     for stale in os.listdir(out_dir):
@@ -189,6 +217,10 @@ def write_pages(results_dir, out_dir):
         if not isinstance(report, dict):
             raise ValueError(f"{path} holds a {type(report).__name__}, not a benchmark report")
         _write(os.path.join(out_dir, name + ".rst"), page_for(name, report, results_dir, out_dir))
+        machine = report.get("machine") if isinstance(report.get("machine"), dict) else {}
+        rows.append([f":ref:`{name} <performance-{name}>`",
+                     _escape(_description(report, name, descriptions)),
+                     _escape(str(machine.get("date", ""))[:10]), machine.get("ranks", "")])
     index = [".. _performance:", "", *_heading("Performance", "="),
              "Each page shows one benchmark run: where and when it was measured, with",
              "which versions, the command that reproduces it, its settings, the ratios",
@@ -198,7 +230,10 @@ def write_pages(results_dir, out_dir):
              "Run any of them on your own machine or cluster with ``hpcdist bench NAME``",
              "(see :ref:`cli`); ``hpcdist bench NAME --help`` lists its options.",
              "",
-             ".. toctree::", "   :maxdepth: 1", ""]
+             ""]
+    index += _table(["Report", "What it measures", "Date", "Ranks"], rows, widths=[26, 50, 16, 8],
+                    cells_are_rst=True)
+    index += [".. toctree::", "   :hidden:", "   :maxdepth: 1", ""]
     index += [f"   {name}" for name in names]
     _write(os.path.join(out_dir, "index.rst"), "\n".join(index) + "\n")
     return names
@@ -217,7 +252,7 @@ def _write(path, text):
 def _generate(app):
     root = os.path.dirname(os.path.abspath(app.srcdir))
     write_pages(os.path.join(root, "benchmarks", "results"),
-                os.path.join(app.srcdir, "performance"))
+                os.path.join(app.srcdir, "performance"), benchmark_descriptions())
 
 
 def setup(app):

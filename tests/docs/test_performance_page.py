@@ -65,3 +65,13 @@ def test_bad_report_names_the_file(tmp_path):
     (tmp_path / "broken.json").write_text("{not json")
     with pytest.raises(ValueError, match="broken.json"):
         perf.write_pages(str(tmp_path), str(tmp_path / "out"))
+
+
+def test_index_says_what_each_benchmark_measures(tmp_path):
+    descriptions = perf.benchmark_descriptions()
+    assert "mlp" in descriptions and not descriptions["mlp"].startswith("``")
+    perf.write_pages(str(RESULTS), str(tmp_path), descriptions)
+    index = (tmp_path / "index.rst").read_text()
+    for report in RESULTS.glob("*.json"):
+        assert f":ref:`{report.stem} <performance-{report.stem}>`" in index
+    assert descriptions["kmeans"].split()[0] in index

@@ -2,12 +2,15 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
+import hpcdist
 from tests.helpers import subprocess_env
 
 _KERNEL = textwrap.dedent("""
@@ -111,3 +114,44 @@ def test_two_signatures_saved_at_once_both_load_back(kernel_env, tmp_path):
     cache = kernel_env["NUMBA_CACHE_DIR"]
     leftovers = [name for _, _, names in os.walk(cache) for name in names if ".tmp." in name]
     assert leftovers == []
+
+
+# a kernel of hpcdist's, then what Numba's cache did for it
+_HPCDIST_KERNEL = """
+import json, numpy as np
+from hpcdist.kernels import casts, from_half, to_half
+from_half(to_half(np.ones(8, np.float32), "bfloat16"))
+stats = casts._narrow_kernel.stats
+print(json.dumps([sum(stats.cache_misses.values()), sum(stats.cache_hits.values()),
+                  casts._narrow_kernel._cache.cache_path, casts.__file__]))
+"""
+
+
+def _immutable(folders, on):
+    flag = "+i" if on else "-i"
+    return subprocess.run(["chattr", flag, *map(str, folders)], capture_output=True).returncode
+
+
+def test_read_only_installation_caches_in_the_per_user_folder(tmp_path):
+    """An installation nobody can write to (even root: immutable folders) compiles once
+    into the per-user cache, and the next process loads from there."""
+    copy = tmp_path / "site"
+    shutil.copytree(Path(hpcdist.__file__).parent, copy / "hpcdist",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    folders = [copy] + [path for path in copy.rglob("*") if path.is_dir()]
+    if shutil.which("chattr") is None or _immutable(folders, True) != 0:
+        pytest.skip("cannot make folders immutable here (chattr +i needs root)")
+    try:
+        assert not os.access(copy / "hpcdist" / "kernels", os.W_OK) or \
+            _python("open('x', 'w')", subprocess_env(), cwd=copy / "hpcdist").wait() != 0
+        env = subprocess_env(XDG_CACHE_HOME=str(tmp_path / "xdg"))
+        env.pop("NUMBA_CACHE_DIR", None)
+        env["PYTHONPATH"] = os.pathsep.join([str(copy), env["PYTHONPATH"]])
+        first = _result(_python(_HPCDIST_KERNEL, env))
+        second = _result(_python(_HPCDIST_KERNEL, env))
+    finally:
+        _immutable(folders, False)
+    assert first[3].startswith(str(copy) + os.sep)  # the read-only copy ran
+    assert first[0] > 0 and second[:2] == [0, 1]
+    assert first[2] == second[2]
+    assert first[2].startswith(str(tmp_path / "xdg" / "hpcdist" / "numba") + os.sep)

@@ -153,10 +153,10 @@ class ShardedDataParallel(Module):
         size, rank = self.ctx.size, self.ctx.rank
         self.shards = [RowShard(name, p, size, rank) for name, p in named]
         self._shard_of = {id(s.parameter): s for s in self.shards}
-        groups = {}
-        for shard in self.shards:
-            groups.setdefault((str(shard.dtype), type(shard.parameter.data)), []).append(shard)
-        self._dtype_groups = list(groups.values())
+        # the updated rows travel bucket by bucket too: a bucket's whole size at most is
+        # held twice for a moment (one collective for all would hold a copy of the model)
+        self._gather_groups = [[self._shard_of[id(p)] for _, p in entries] for entries
+                               in bucket_groups(named, bucket_size_mb * _MEBIBYTE)]
         _repoint_optimizer(optimizer, self._shard_of)
         progress = CommunicationThread.available() and size > 1
         self._thread = self.ctx.communication_thread() if progress else None
@@ -311,10 +311,10 @@ class ShardedDataParallel(Module):
         self._pending = []
 
     def _allgather_parameters(self):
-        """Every rank's updated rows into the whole parameters: one allgather per dtype."""
+        """Every rank's updated rows into the whole parameters: one allgather per bucket."""
         if self.ctx.size == 1:
             return
-        for group in self._dtype_groups:
+        for group in self._gather_groups:
             gather_rows_coalesced(group, self.ctx, allgather)
 
     def _check_shapes(self):

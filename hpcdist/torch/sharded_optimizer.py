@@ -7,7 +7,8 @@ allgathered into every rank's parameters. As soon as the backward pass has
 produced a bucket of gradients, hooks start its reduction on the
 communication thread, overlapped with the rest of the backward pass: stage 1
 averages the whole gradients (allreduce), stage 2 reduce-scatters them to the
-rows' owners and keeps only this rank's rows.
+rows' owners and keeps only this rank's rows. Each bucket is one collective,
+and so is each bucket's allgather of the updated rows.
 """
 
 import contextlib
@@ -122,7 +123,8 @@ class ShardedOptimizer:
                 loss = closure()
         self.synchronize()
         self.optimizer.step()
-        gather_rows_coalesced(self.shards, self.ctx)
+        for bucket in self._buckets:  # a bucket's size at most is held twice for a moment
+            gather_rows_coalesced(bucket, self.ctx)
         return loss
 
     def synchronize(self):

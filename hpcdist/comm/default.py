@@ -90,7 +90,8 @@ def init(comm=None, *, device="auto", check=None, abort_on_error=True, fault_tol
         --fault-tolerant``). A lost rank then raises
         :class:`~hpcdist.exceptions.RankFailedError` on every survivor, and
         :func:`hpcdist.resilient.run` recovers: ``"shrink"`` goes on with the
-        survivors, ``"respawn"`` starts replacements. Default from the
+        survivors, ``"respawn"`` (replacements for the lost ranks) is not
+        available in this version and is refused. Default from the
         environment variable ``HPCDIST_FAULT_TOLERANCE`` (off when unset).
 
     Returns

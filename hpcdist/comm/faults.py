@@ -78,7 +78,8 @@ def check_fault_tolerance(mode):
     Raises
     ------
     InvalidArgumentError
-        An unknown mode, or fault tolerance asked where ULFM is not available.
+        An unknown mode, fault tolerance asked where ULFM is not available, or
+        ``"respawn"``, which this version does not provide yet.
     """
     if mode is None:
         return None
@@ -89,6 +90,10 @@ def check_fault_tolerance(mode):
     if not available:
         raise InvalidArgumentError(f"init: fault_tolerance={mode!r} needs an MPI with ULFM: "
                                    f"{reason}")
+    if mode == "respawn":
+        raise InvalidArgumentError(
+            "init: fault_tolerance='respawn' (replacement processes for the lost ranks) is not "
+            "available in this version; use 'shrink': the survivors go on, renumbered")
     return mode
 
 

@@ -150,3 +150,20 @@ def test_bad_mode_is_refused(ctx):
     with pytest.raises(hpcdist.InvalidArgumentError, match="fault_tolerance='grow'"):
         check_fault_tolerance("grow")
     assert check_fault_tolerance(None) is None
+
+
+_RESPAWN = """
+try:
+    hpcdist.init(fault_tolerance="respawn")
+    print("NO ERROR", flush=True)
+except hpcdist.InvalidArgumentError as error:
+    print(f"REFUSED {error}", flush=True)
+"""
+
+
+@needs_ulfm
+def test_respawn_is_refused_with_the_reason(tmp_path):
+    rc, seconds, output = run_ulfm_job(_RESPAWN, tmp_path, n=2)
+    refused = lines_with(output, "REFUSED")
+    assert len(refused) == 2 and all("not available in this version; use 'shrink'" in line
+                                     for line in refused), output

@@ -6,14 +6,16 @@ import numpy as np
 
 from ..comm import allgather, allreduce, resolve_context
 from ..comm.agreement import Described, agree_config
+from ..comm.checks import format_ranks, mark_raised_on_every_rank
 from ..comm.ops import check_op_for_dtype
-from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
+from ..exceptions import ConfigMismatchError, InvalidArgumentError, InvalidArgumentTypeError
 from .base import finish, kernel_dtype, settings_text
 
 __all__ = ["compressed_allreduce", "checked_compression"]
 
 _OPS = ("mean", "sum")
-#: compressor -> the tensor names whose settings every rank agreed on (checked once a name)
+#: compressor -> {tensor name: [array description, payload arrays]} of the names whose
+#: settings every rank agreed on (checked once a name)
 _AGREED = weakref.WeakKeyDictionary()
 _COMPRESSOR_EXAMPLES = ("hpcdist.compression.FP16Compressor(), TopKCompressor(0.01), "
                         "PowerSGDCompressor(rank=1) or ErrorFeedback(SignCompressor())")
@@ -46,20 +48,37 @@ def _parse_op(op):
 def _agree_on_first_use(compressor, x, name, op, ctx):
     """Collective at a name's first call: compare the compressor's settings (its type and
     parameters, e.g. a random-k seed or a PowerSGD rank), the name, op, dtype and shape
-    across ranks through the agreement check; later calls of the name cost nothing."""
+    across ranks through the agreement check; later calls of the name cost nothing.
+
+    Returns the name's record ``[array description, payload arrays or None]``, or None
+    at one rank (nothing to compare)."""
     if ctx.size == 1:
-        return
+        return None
     try:
-        agreed = _AGREED.setdefault(compressor, set())
+        agreed = _AGREED.setdefault(compressor, {})
     except TypeError:  # a compressor that takes no weak reference: checked at every call
-        agreed = set()
-    if name in agreed:
-        return
-    agree_config(ctx, "compressed_allreduce", {
-        "compressor": Described(settings_text(compressor)), "name": name, "op": op,
-        "array": Described(f"{np.dtype(x.dtype)}{list(np.shape(x))}")},
-        fix="pass the same compressor settings, names and arrays on every rank")
-    agreed.add(name)
+        agreed = {}
+    array = f"{np.dtype(x.dtype)}{list(np.shape(x))}"
+    if name not in agreed:
+        agree_config(ctx, "compressed_allreduce", {
+            "compressor": Described(settings_text(compressor)), "name": name, "op": op,
+            "array": Described(array)},
+            fix="pass the same compressor settings, names and arrays on every rank")
+        agreed[name] = [array, None]
+    return agreed[name]
+
+
+def _compress(compressor, x, name, record):
+    """``(payload, meta, None)``, or for a name already sent by the "allgather" protocol
+    ``(None, None, error)`` when the compressor refuses ``x`` on this rank (another shape
+    or dtype than before): the rank then sends a mark in the size exchange that every
+    payload allgather makes anyway (no extra message), so that every rank raises."""
+    try:
+        return (*compressor.compress(x, name), None)
+    except (InvalidArgumentError, InvalidArgumentTypeError) as error:
+        if record is None or record[1] is None:
+            raise
+        return None, None, error
 
 
 def _nbytes(payload):
@@ -82,13 +101,19 @@ def _allreduce_rounds(compressor, payload, meta, ctx):
         payload, meta = step
 
 
-def _allgather_payloads(payload, ctx):
-    """Every rank's payload (a list in rank order); sizes are exchanged first."""
-    flats = [np.ascontiguousarray(a).reshape(-1) for a in payload]
+def _allgather_payloads(payload, ctx, mistake=None, n_arrays=None, name=None):
+    """Every rank's payload (a list in rank order); sizes are exchanged first. A rank
+    with a ``mistake`` (no payload) sends sizes of -1 there: every rank raises."""
+    flats = [] if mistake else [np.ascontiguousarray(a).reshape(-1) for a in payload]
     if ctx.size == 1:
         return [tuple(flats)], _nbytes(flats)
-    sizes = np.array([[a.size for a in flats]], dtype=np.int64)
+    sizes = np.array([[-1] * n_arrays if mistake else [a.size for a in flats]], dtype=np.int64)
     all_sizes = allgather(sizes, ctx=ctx)  # (size, n_arrays)
+    marked = [rank for rank, row in enumerate(all_sizes) if (row < 0).any()]
+    if marked:
+        raise mark_raised_on_every_rank(mistake or ConfigMismatchError(
+            f"compressed_allreduce: {format_ranks(marked)} passed {name!r} with another dtype "
+            "or shape than at its first call; give each tensor its own name"))
     per_rank = [[] for _ in range(ctx.size)]
     received = 0
     for j, a in enumerate(flats):
@@ -144,7 +169,11 @@ def compressed_allreduce(x, compressor, *, name, op="mean", ctx=None):
         rank. A name's first call compares the compressor's settings, the
         name, ``op`` and the array's dtype and shape across ranks (the
         agreement check: a difference raises ``ConfigMismatchError`` on every
-        rank); the compressors refuse a name later given another shape.
+        rank); the compressors refuse a name later given another shape or
+        dtype. Under the "allgather" protocol every rank then raises (the
+        refusal travels in the size exchange); under "allreduce" the refusing
+        rank raises alone, and the others wait until check mode or the stall
+        watchdog ends the job.
     op : {"mean", "sum"}, default="mean"
     ctx : Context, optional
 
@@ -166,14 +195,20 @@ def compressed_allreduce(x, compressor, *, name, op="mean", ctx=None):
     op = _parse_op(op)
     collective = checked_compression("compressed_allreduce", compressor).collective
     check_op_for_dtype(op, np.dtype(x.dtype))  # the mean of integers: as hpcdist.allreduce
-    _agree_on_first_use(compressor, x, name, op, ctx)
-    payload, meta = compressor.compress(x, name)
+    record = _agree_on_first_use(compressor, x, name, op, ctx)
+    if collective == "allgather":
+        payload, meta, mistake = _compress(compressor, x, name, record)
+    else:
+        payload, meta = compressor.compress(x, name)
     start = ctx._begin("compressed_allreduce")
     if collective == "allreduce":
         result, sent, received = _allreduce_rounds(compressor, payload, meta, ctx)
     else:
-        sent = _nbytes(payload)
-        payloads, received = _allgather_payloads(payload, ctx)
+        if record is not None:
+            record[1] = record[1] or len(payload)  # payload arrays: what a mark sends
+        sent = 0 if mistake else _nbytes(payload)
+        payloads, received = _allgather_payloads(payload, ctx, mistake,
+                                                 record[1] if record else None, name)
         result = _sum_decompressed(compressor, payloads, meta)
     if op == "mean" and ctx.size > 1:
         result /= ctx.size

@@ -80,3 +80,17 @@ def test_agreed_once_per_name(monkeypatch):
             result = compressed_allreduce(x, compressor, name=name, op="sum")
     assert len(calls) == 2
     np.testing.assert_allclose(result[8:], x[8:] * hpcdist.get_world_size())
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("make", [lambda: TopKCompressor(0.5), lambda: SignCompressor(),
+                                  lambda: ErrorFeedback(TopKCompressor(0.5))])
+def test_a_later_shape_change_on_one_rank_raises_on_every_rank(make):
+    compressor = make()
+    compressed_allreduce(np.ones(16, dtype=np.float32), compressor, name="g")
+    x = np.ones(12 if _last_rank() else 16, dtype=np.float32)
+    expect_error(ValueError, compressed_allreduce, x, compressor, name="g",
+                 match=r"'g'.*(first used with shape \(16,\) and dtype float32, now with shape "
+                       r"\(12,\)|another dtype or shape than at its first call)")
+    result = compressed_allreduce(np.ones(16, dtype=np.float32), compressor, name="g")
+    assert result.shape == (16,)  # the name goes on with its agreed shape

@@ -118,7 +118,10 @@ def test_two_signatures_saved_at_once_both_load_back(kernel_env, tmp_path):
 
 # a kernel of hpcdist's, then what Numba's cache did for it
 _HPCDIST_KERNEL = """
-import json, numpy as np
+import json, sys
+# the copy on PYTHONPATH, not an editable installation's finder of the checkout
+sys.meta_path = [f for f in sys.meta_path if "editable" not in getattr(f, "__module__", "")]
+import numpy as np
 from hpcdist.kernels import casts, from_half, to_half
 from_half(to_half(np.ones(8, np.float32), "bfloat16"))
 stats = casts._narrow_kernel.stats
@@ -147,8 +150,8 @@ def test_read_only_installation_caches_in_the_per_user_folder(tmp_path):
         env = subprocess_env(XDG_CACHE_HOME=str(tmp_path / "xdg"))
         env.pop("NUMBA_CACHE_DIR", None)
         env["PYTHONPATH"] = os.pathsep.join([str(copy), env["PYTHONPATH"]])
-        first = _result(_python(_HPCDIST_KERNEL, env))
-        second = _result(_python(_HPCDIST_KERNEL, env))
+        first = _result(_python(_HPCDIST_KERNEL, env, cwd=tmp_path))  # not the checkout's
+        second = _result(_python(_HPCDIST_KERNEL, env, cwd=tmp_path))
     finally:
         _immutable(folders, False)
     assert first[3].startswith(str(copy) + os.sep)  # the read-only copy ran

@@ -99,6 +99,10 @@ def _rank_major(shards, arrays, xp):
     """Every rank's rows of ``arrays`` in one flat array, rank by rank (the order a
     reduce-scatter hands out and an allgather collects), and each rank's element count."""
     size = len(shards[0].counts)
+    if len(shards) == 1:  # one parameter's rows are in rank order already: no copy
+        shard = shards[0]
+        return (shard.as_rows(arrays[0]).reshape(-1),
+                [count * shard.row_elements for count in shard.counts])
     parts, counts = [], []
     for rank in range(size):
         count = 0
@@ -129,7 +133,8 @@ def gather_rows_coalesced(shards, ctx, allgather):
     """Write every rank's rows of each shard's piece (one dtype) into the whole parameters,
     in one allgather."""
     xp = array_module(shards[0].piece.data)
-    local = xp.concatenate([shard.piece.data.reshape(-1) for shard in shards])
+    local = (shards[0].piece.data.reshape(-1) if len(shards) == 1 else
+             xp.concatenate([shard.piece.data.reshape(-1) for shard in shards]))
     counts = [sum(shard.counts[rank] * shard.row_elements for shard in shards)
               for rank in range(len(shards[0].counts))]
     gathered = allgather(local, counts=counts, ctx=ctx)

@@ -117,6 +117,10 @@ def _row_elements(shard):
 def _rank_major(shards, tensors, size):
     """One flat tensor of every rank's rows of ``tensors``, rank by rank (the order a
     reduce-scatter hands out and an allgather collects), and each rank's element count."""
+    if len(shards) == 1:  # one parameter's rows are in rank order already: no copy
+        shard = shards[0]
+        return (shard.as_rows(tensors[0]).contiguous().reshape(-1),
+                [count * _row_elements(shard) for count in shard.counts])
     parts, counts = [], []
     for rank in range(size):
         count = 0
@@ -149,7 +153,8 @@ def gather_rows_coalesced(shards, ctx):
     allgather."""
     if ctx.size == 1:
         return
-    local = torch.cat([shard.piece.detach().reshape(-1) for shard in shards])
+    local = (shards[0].piece.detach().reshape(-1) if len(shards) == 1 else
+             torch.cat([shard.piece.detach().reshape(-1) for shard in shards]))
     counts = [sum(shard.counts[rank] * _row_elements(shard) for shard in shards)
               for rank in range(ctx.size)]
     gathered = _as_tensor(allgather(tensor_view(local), counts=counts, ctx=ctx), local)

@@ -11,8 +11,8 @@ import os
 import subprocess
 import sys
 
+from .._environment import environment_mistakes
 from .._version import __version__
-from ..comm.environment import environment_mistakes
 from ..launch.environment import under_mpi_launcher
 from ..launch.launchers import find_mpiexec
 from ..launch.runner import run_job

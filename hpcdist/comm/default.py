@@ -14,13 +14,14 @@ import sys
 import warnings
 
 from .._checks import check_bool
-from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
+from .._environment import check_from_env, fault_tolerance_from_env, stall_timeout_from_env
+from ..exceptions import InvalidArgumentTypeError
 from .abort import install_abort_hook
 from .context import Context
-from .faults import check_fault_tolerance, fault_tolerance_from_env, loss_seen
+from .faults import check_fault_tolerance, loss_seen
 from .mpi import MPI, mpi_is_loaded
 from .threads import limit_threads_per_rank
-from .watchdog import stall_timeout_from_env, start_watchdog, stop_watchdog
+from .watchdog import start_watchdog, stop_watchdog
 
 __all__ = ["init", "finalize", "get_context", "resolve_context", "get_rank", "get_world_size",
            "get_local_rank", "is_main_process", "barrier"]
@@ -29,15 +30,6 @@ _DEFAULT = []        # the default context, once created
 _OWNED = {}          # id(owned context) -> (communicator, context), for raw communicators
 _OWNED_KEYVAL = []   # the MPI attribute key under which a communicator keeps its context
 _AT_EXIT = []        # whether finalize is registered to run at exit
-
-
-def _check_from_env():
-    value = os.environ.get("HPCDIST_CHECK", "0").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
-        return False
-    if value in ("1", "true", "yes", "on"):
-        return True
-    raise InvalidArgumentError(f"HPCDIST_CHECK={value!r} is not understood; use 0 or 1")
 
 
 def _warn_if_ignored(ctx, comm, device, check, fault_tolerance=None):
@@ -119,7 +111,7 @@ def init(comm=None, *, device="auto", check=None, abort_on_error=True, fault_tol
     if comm is None:
         comm = MPI.COMM_WORLD
     _check_communicator(comm, "comm")
-    check = _check_from_env() if check is None else check
+    check = check_from_env() if check is None else check
     fault_tolerance = check_fault_tolerance(
         fault_tolerance_from_env() if fault_tolerance is None else fault_tolerance)
     if fault_tolerance is not None:

@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from .._environment import cuda_aware_from_env
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["DeviceBackend", "CupyBackend", "register_backend", "unregister_backend",
@@ -192,19 +193,6 @@ def _mpi_library_handle():
             return ctypes.CDLL(path)
         except OSError:
             continue
-    return None
-
-
-def cuda_aware_from_env():
-    """``HPCDIST_CUDA_AWARE`` as True or False, or None for ``auto`` (or unset): detect."""
-    setting = os.environ.get("HPCDIST_CUDA_AWARE", "auto").strip().lower()
-    if setting in ("0", "false", "no", "off"):
-        return False
-    if setting in ("1", "true", "yes", "on"):
-        return True
-    if setting != "auto":
-        raise InvalidArgumentError(
-            f"HPCDIST_CUDA_AWARE={setting!r} is not understood; use 0, 1 or auto")
     return None
 
 

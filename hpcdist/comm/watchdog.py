@@ -19,14 +19,14 @@ import weakref
 
 import numpy as np
 
-from ..exceptions import InvalidArgumentError
+from .._environment import termination_stall_timeout_from_env
 from .abort import abort_job
 from .checks import format_ranks
 from .faults import is_rank_failure
 from .mpi import MPI
 
-__all__ = ["Watchdog", "stall_timeout_from_env", "running_watchdog", "start_watchdog",
-           "stop_watchdog", "end_stalls_after_termination", "TERMINATION_STALL_SECONDS"]
+__all__ = ["Watchdog", "running_watchdog", "start_watchdog", "stop_watchdog",
+           "end_stalls_after_termination"]
 
 _QUERY, _REPLY = 1, 2
 _POLL_SECONDS = 0.25
@@ -34,7 +34,6 @@ _REPLY_GRACE_SECONDS = 5.0
 _TERMINATION_REPLY_GRACE_SECONDS = 1.0
 #: default of ``HPCDIST_TERM_STALL_TIMEOUT``: after SIGTERM, a collective that waits this
 #: long ends the job (a scheduler's SIGKILL follows SIGTERM within its KillWait anyway)
-TERMINATION_STALL_SECONDS = 3.0
 _EARLY_FRACTION = 0.2  # each rank's pending call is printed once at this share of the timeout
 _RUNNING = []  # the process's watchdog, while one runs
 
@@ -72,7 +71,7 @@ def stop_watchdog():
 
 def end_stalls_after_termination():
     """Called on SIGTERM: from now on a collective that waits ``HPCDIST_TERM_STALL_TIMEOUT``
-    seconds (default :data:`TERMINATION_STALL_SECONDS`) ends the job.
+    seconds (default 3) ends the job.
 
     A rank that died makes the others wait in their next collective; the
     scheduler's SIGTERM to the survivors (srun ``--kill-on-bad-exit``) then
@@ -81,25 +80,7 @@ def end_stalls_after_termination():
     """
     watchdog = running_watchdog()
     if watchdog is not None:
-        watchdog.end_stalls(_seconds_from_env("HPCDIST_TERM_STALL_TIMEOUT",
-                                              TERMINATION_STALL_SECONDS))
-
-
-def stall_timeout_from_env():
-    """``HPCDIST_STALL_TIMEOUT`` in seconds (default 300; 0 turns the watchdog off)."""
-    return _seconds_from_env("HPCDIST_STALL_TIMEOUT", 300, "(0 turns the stall watchdog off)")
-
-
-def _seconds_from_env(name, default, off=""):
-    value = os.environ.get(name, str(default)).strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = None
-    if seconds is None or not seconds >= 0:
-        raise InvalidArgumentError(f"{name}={value!r} should be a number of seconds >= 0 {off}"
-                                   .rstrip())
-    return seconds
+        watchdog.end_stalls(termination_stall_timeout_from_env())
 
 
 class Watchdog:

@@ -31,10 +31,10 @@ import zlib
 
 import numpy as np
 
+from .._environment import stall_timeout_from_env
 from .._partition import balanced_counts, offsets_of
 from ..comm import barrier, gather_object, resolve_context
 from ..comm.agreement import agree_config
-from ..comm.watchdog import stall_timeout_from_env
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, InvalidStateError
 from ..rpc import init_rpc, is_initialized, rpc_async, shutdown, wait_all
 from .errors import DivergenceError

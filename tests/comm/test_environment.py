@@ -2,7 +2,7 @@
 named with its value (the command line reports them as usage errors)."""
 import pytest
 
-from hpcdist.comm.environment import environment_mistakes
+from hpcdist._environment import environment_mistakes
 from tests.cli.test_environment_errors import ENVIRONMENT_MISTAKES
 
 _VARIABLES = [variable for variable, _, _ in ENVIRONMENT_MISTAKES]

@@ -42,8 +42,9 @@ def least_squares():
 
 
 def worker_loop(ps, ctx, steps, *, delay=None, big=False):
-    """The training loop of the parameter server's docstring on a least-squares problem (plus a large parameter that
-    is sliced over the ranks and takes a scaled copy of the same update); ``delay(step)``
+    """The training loop of the parameter server's docstring on a least-squares problem
+    (plus a large parameter that is sliced over the ranks and takes a scaled copy of the
+    same update); ``delay(step)``
     seconds of sleep per step imitate a slow worker. Returns the final parameters."""
     A, truth, b = least_squares()
     ps.set_parameters("w", np.zeros(N_FEATURES))

@@ -97,11 +97,14 @@ def _environment(cache, source=_SOURCE):
 
 
 def _timed(command, env):
-    """Wall seconds of ``command``; raises when it fails."""
-    start = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL)
-    seconds = time.perf_counter() - start
+    """Wall seconds of ``command``, run in an empty folder (``python -m`` and ``-c`` put
+    the current folder first on ``sys.path``: not a checkout's hpcdist there); raises
+    when it fails."""
+    with tempfile.TemporaryDirectory(prefix="hpcdist-startup-") as folder:
+        start = time.perf_counter()
+        done = subprocess.run(command, env=env, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, cwd=folder)
+        seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed (exit status {done.returncode}):\n"
                            f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")

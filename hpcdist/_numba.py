@@ -169,7 +169,15 @@ def _locked_save(self, key, data):
             self._save_index(overloads)
 
 
+#: the parts of Numba's cache that the locked save relies on
+_CACHE_FILE_METHODS = ("_load_index", "_save_index", "_save_data", "_data_name")
+
+
 def _install_cache_locks():
+    """Lock compiles and index updates per cached kernel; where this Numba's cache lacks
+    the methods the locked save uses, Numba's own compile and save stay as they are."""
+    if not all(hasattr(_caching.IndexDataCacheFile, name) for name in _CACHE_FILE_METHODS):
+        return
     dispatcher = _dispatcher.Dispatcher
     if not getattr(dispatcher.compile, "_hpcdist_locked", False):
         dispatcher.compile = _locked_compile(dispatcher.compile)

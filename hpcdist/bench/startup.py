@@ -106,8 +106,9 @@ def _timed(command, env):
                               stdin=subprocess.DEVNULL, cwd=folder)
         seconds = time.perf_counter() - start
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed (exit status {done.returncode}):\n"
-                           f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+        print(f"{' '.join(command)} failed (exit status {done.returncode}):\n"
+              f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}", file=sys.stderr)
+        raise subprocess.CalledProcessError(done.returncode, command, done.stdout, done.stderr)
     return seconds
 
 

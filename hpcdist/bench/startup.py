@@ -63,7 +63,7 @@ QUICK_COMMANDS = {
 _SOURCE = str(Path(__file__).resolve().parents[2])
 
 
-def _parse(argv):
+def _parse_args(argv):
     parser = benchmark_parser(
         "startup", __doc__.split("\n\n")[0], plot=False,
         quick="smaller data sets (the compile time is the same)")
@@ -206,7 +206,7 @@ def _summary(runs, compile_seconds, reference, imports):
 
 def main(argv=None):
     """Run the benchmark; returns the exit status."""
-    args = _parse(sys.argv[1:] if argv is None else list(argv))
+    args = _parse_args(sys.argv[1:] if argv is None else list(argv))
     commands = QUICK_COMMANDS if args.quick else COMMANDS
     print("hpcdist bench startup: first run (empty Numba cache) against second run",
           flush=True)

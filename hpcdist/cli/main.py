@@ -13,9 +13,10 @@ import sys
 
 from .._environment import environment_mistakes
 from .._version import __version__
+from ..exceptions import InvalidArgumentError
 from ..launch.environment import under_mpi_launcher
 from ..launch.launchers import find_mpiexec
-from ..launch.runner import run_job
+from ..launch.runner import fault_tolerant_launch, run_job
 from .arguments import RankZeroArgumentParser, finite_float
 from .train_options import add_train_parser, check_train_arguments
 
@@ -149,12 +150,13 @@ def _run_bench(parser, args):
     return subprocess.call(command, env=os.environ.copy())
 
 
-def _relaunch(ranks, argv):
-    """Start ``hpcdist ARGV`` under mpiexec with ``ranks`` ranks; returns its exit code."""
-    command = [find_mpiexec(), "-n", str(ranks), sys.executable, "-m", "hpcdist.cli.main",
-               *argv]
+def _relaunch(ranks, argv, options=(), env=None):
+    """Start ``hpcdist ARGV`` under mpiexec (with launcher ``options`` and extra
+    environment ``env``) with ``ranks`` ranks; returns its exit code."""
+    command = [find_mpiexec(), *options, "-n", str(ranks), sys.executable, "-m",
+               "hpcdist.cli.main", *argv]
     print("+ " + " ".join(command), flush=True)
-    return subprocess.call(command, env=os.environ.copy())
+    return subprocess.call(command, env={**os.environ, **(env or {})})
 
 
 def _run_train(args):
@@ -165,7 +167,13 @@ def _run_train(args):
             while flag in argv:
                 index = argv.index(flag)
                 del argv[index:index + 2]
-        return _relaunch(args.ranks, argv)
+        options, env = (), None
+        if args.fault_tolerant:
+            try:  # mpirun --with-ft ulfm, or why this MPI cannot
+                options, env = fault_tolerant_launch(args.fault_tolerant, "mpiexec")
+            except InvalidArgumentError as error:
+                args.model_parser.error(str(error).replace("hpcdist run: ", "", 1))
+        return _relaunch(args.ranks, argv, options, env)
     return importlib.import_module(".train", __package__).run_train(args)
 
 

@@ -14,10 +14,12 @@ from sklearn import cluster, ensemble, neural_network
 from ..checkpoint import CheckpointManager
 from ..comm import allgather, allreduce, gather, init
 from ..comm.checks import mark_raised_on_every_rank, raised_on_every_rank
+from ..comm.mpi import MPI
 from ..data import load_digits, load_hdf5, make_blobs, make_classification
 from ..exceptions import HpcdistError, InvalidArgumentError
 from ..ml import KMeans, MLPClassifier, MLPRegressor, RandomForestClassifier, RandomForestRegressor
 from .train_options import classification_shape
+from .train_resilient import fit_surviving_lost_ranks
 
 __all__ = ["FACTORIES", "run_train"]
 
@@ -171,9 +173,25 @@ def _format(value):
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
+def _init(args):
+    """The default context, with ``--fault-tolerant``'s mode; None after printing why
+    fault tolerance is not available (on every rank, so every rank exits 2)."""
+    if not args.fault_tolerant:
+        return init()
+    try:
+        return init(fault_tolerance=args.fault_tolerant)
+    except InvalidArgumentError as error:
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            print(f"hpcdist train {args.model}: --fault-tolerant {args.fault_tolerant}: {error}",
+                  file=sys.stderr, flush=True)
+        return None
+
+
 def run_train(args):
     """Train, print the global metrics on rank 0, return the exit code."""
-    ctx = init()
+    ctx = _init(args)
+    if ctx is None:
+        return 2
     name = args.model
     try:
         return _train_and_report(args, ctx)
@@ -199,16 +217,19 @@ def _check_batch_size(args, X, ctx):
             "ranks; lower --batch-size" + ("" if args.data else " or raise --n-samples")))
 
 
-def _train_and_report(args, ctx):
+def _fit_and_measure(args, ctx, checkpoint, start=None):
+    """Load this rank's rows, build the estimator, fit it (saving progress to
+    ``checkpoint`` when given) and measure it: the report, the same on every rank.
+
+    ``seconds`` in it counts from ``start`` (a ``time.perf_counter()``) when
+    given, else the fit alone."""
     name = args.model
     X, y, X_test, y_test = load_data(args, ctx)
     if name == "mlp":
         _check_batch_size(args, X, ctx)
     estimator = FACTORIES[name](args, y, ctx)
-    checkpoint = None
-    if args.checkpoint_dir:
-        checkpoint = CheckpointManager(args.checkpoint_dir, ctx=ctx)
-    start = time.perf_counter()
+    if start is None:
+        start = time.perf_counter()
     if checkpoint is not None:
         estimator.fit(X, y, checkpoint=checkpoint, checkpoint_every=args.checkpoint_every)
     else:
@@ -221,6 +242,28 @@ def _train_and_report(args, ctx):
               **_metrics(name, estimator, X, y, X_test, y_test)}
     if args.compare_sklearn:
         report["sklearn"] = _sklearn_metrics(name, estimator, X, y, X_test, y_test, ctx)
+    return report
+
+
+def _train_and_report(args, ctx):
+    name = args.model
+    if ctx.fault_tolerance is not None and args.checkpoint_dir:  # the mode from the environment
+        raise mark_raised_on_every_rank(InvalidArgumentError(
+            f"--checkpoint-dir {args.checkpoint_dir}: fault tolerance is on (HPCDIST_FAULT_"
+            f"TOLERANCE={ctx.fault_tolerance}, as hpcdist run --fault-tolerant sets it), which "
+            "keeps the progress in memory; leave --checkpoint-dir out, or run without fault "
+            "tolerance"))
+    if ctx.fault_tolerance is not None:  # --fault-tolerant, or hpcdist run --fault-tolerant
+        # seconds from the start: recoveries and the reloading of rows included
+        start = time.perf_counter()
+        report, lost = fit_surviving_lost_ranks(
+            lambda progress: _fit_and_measure(args, ctx, progress, start), ctx)
+        report["ranks_lost"] = lost
+    else:
+        checkpoint = None
+        if args.checkpoint_dir:
+            checkpoint = CheckpointManager(args.checkpoint_dir, ctx=ctx)
+        report = _fit_and_measure(args, ctx, checkpoint)
     if ctx.rank == 0:
         rows = [(key, _format(value)) for key, value in report.items() if key != "sklearn"]
         rows += [(f"sklearn {key}", _format(value))

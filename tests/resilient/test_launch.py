@@ -59,7 +59,7 @@ def test_fault_tolerant_launch_refuses_srun():
 @pytest.mark.skipif(os.path.exists(os.path.join(os.path.dirname(sys.executable), "ompi_info")),
                     reason="this environment's mpiexec is Open MPI's")
 def test_fault_tolerant_launch_refuses_another_mpi():
-    with pytest.raises(hpcdist.InvalidArgumentError, match="not Open MPI's"):
+    with pytest.raises(hpcdist.InvalidArgumentError, match="not Open MPI 5's"):
         fault_tolerant_launch("shrink")
 
 

@@ -55,6 +55,21 @@ def test_template_has_usage_sources_common_and_sets_no_account(template):
     assert "hpcdist_launch" in text
 
 
+@pytest.mark.parametrize("template", TEMPLATES, ids=lambda p: p.name)
+def test_template_directives_are_options(template):
+    """sbatch reads every line starting with #SBATCH before the first command as a
+    directive and refuses the script when one is not an option ('Invalid directive')."""
+    header = []
+    for line in template.read_text().splitlines()[1:]:
+        if line and not line.startswith("#"):
+            break
+        header.append(line)
+    directives = [line for line in header if line.startswith("#SBATCH")]
+    assert directives, f"{template.name}: no #SBATCH directive"
+    bad = [line for line in directives if not re.fullmatch(r"#SBATCH --?[a-zA-Z].*", line)]
+    assert not bad, f"{template.name}: not options: {bad}"
+
+
 def test_common_sh_refuses_to_run_on_its_own():
     completed = subprocess.run(["bash", str(TEMPLATES_DIR / "common.sh")], capture_output=True,
                                text=True)

@@ -18,7 +18,13 @@ from ..comm import broadcast, resolve_context
 from ..comm.background import CommunicationThread
 from ..comm.tensors import tensor_view
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, StateDictKeyError
-from .sharded_rows import TorchRowShard, gather_rows, reduce_rows, verify_same_everywhere
+from .sharded_rows import (
+    TorchRowShard,
+    add_to_piece_grad,
+    gather_rows,
+    reduce_rows,
+    verify_same_everywhere,
+)
 
 __all__ = ["FullyShardedModule"]
 
@@ -226,11 +232,7 @@ class _GradientReductions:
         for shard, reduced in self.pending:
             if not torch.is_tensor(reduced):
                 reduced = reduced.result()
-            reduced = reduced.reshape(shard.piece.shape)
-            if shard.piece.grad is None:
-                shard.piece.grad = reduced
-            else:
-                shard.piece.grad += reduced
+            add_to_piece_grad(shard, reduced)
         self.pending = []
         self.callback_queued = False
 

@@ -20,6 +20,7 @@ from ..comm.background import CommunicationThread
 from ..comm.tensors import tensor_view
 from .sharded_rows import (
     TorchRowShard,
+    add_to_piece_grad,
     check_stage,
     check_torch_optimizer,
     gather_rows_coalesced,
@@ -143,11 +144,7 @@ class ShardedOptimizer:
                     key = id(shard)
                     whole[key] = reduced if key not in whole else whole[key] + reduced
                     continue
-                reduced = reduced.reshape(shard.piece.shape)
-                if shard.piece.grad is None:
-                    shard.piece.grad = reduced
-                else:
-                    shard.piece.grad += reduced
+                add_to_piece_grad(shard, reduced)
         self._pending = []
         if self.stage == 1:
             for shard in self.shards:

@@ -14,7 +14,8 @@ from ..comm.tensors import tensor_view
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 
 __all__ = ["TorchRowShard", "check_stage", "check_torch_optimizer", "verify_same_everywhere",
-           "reduce_rows", "gather_rows", "reduce_rows_coalesced", "gather_rows_coalesced"]
+           "reduce_rows", "gather_rows", "reduce_rows_coalesced", "gather_rows_coalesced",
+           "add_to_piece_grad"]
 
 
 class TorchRowShard:
@@ -167,3 +168,13 @@ def gather_rows_coalesced(shards, ctx):
                 n = rows.numel()
                 rows.copy_(gathered[offset:offset + n].view_as(rows))
                 offset += n
+
+
+def add_to_piece_grad(shard, reduced):
+    """Add ``reduced``, this rank's rows of a parameter's averaged gradient, to the
+    ``.grad`` of the shard's local piece (set it when there is none yet)."""
+    reduced = reduced.reshape(shard.piece.shape)
+    if shard.piece.grad is None:
+        shard.piece.grad = reduced
+    else:
+        shard.piece.grad += reduced

@@ -6,7 +6,7 @@ with SIGKILL; each survivor prints what it caught.
 import pytest
 
 from tests.helpers import run_mpi_script
-from tests.resilient.ulfm import lines_with, needs_ulfm, run_ulfm_job
+from tests.resilient.ulfm import lines_with, messages_from, needs_ulfm, run_ulfm_job
 
 JOB_LIMIT_S = 60
 
@@ -118,7 +118,7 @@ def test_refused_on_an_mpi_without_ulfm(tmp_path):
     rc, seconds, output = run_mpi_script(_ASK, tmp_path, n=2, timeout=60,
                                          OMPI_ALLOW_RUN_AS_ROOT=1,
                                          OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
-    refused = lines_with(output, "REFUSED")
+    refused = messages_from(output, "REFUSED ")
     assert len(refused) == 2, output
     assert all("needs an MPI with ULFM" in line and "--with-ft ulfm" in line
                for line in refused), output
@@ -127,7 +127,7 @@ def test_refused_on_an_mpi_without_ulfm(tmp_path):
 @needs_ulfm
 def test_refused_under_open_mpi_without_with_ft(tmp_path):
     rc, seconds, output = run_ulfm_job(_ASK, tmp_path, n=2, with_ft=False)
-    refused = lines_with(output, "REFUSED")
+    refused = messages_from(output, "REFUSED ")
     assert len(refused) == 2, output
     assert all("launched without `--with-ft ulfm`" in line for line in refused), output
 
@@ -164,6 +164,6 @@ except hpcdist.InvalidArgumentError as error:
 @needs_ulfm
 def test_respawn_is_refused_with_the_reason(tmp_path):
     rc, seconds, output = run_ulfm_job(_RESPAWN, tmp_path, n=2)
-    refused = lines_with(output, "REFUSED")
+    refused = messages_from(output, "REFUSED ")
     assert len(refused) == 2 and all("not available in this version; use 'shrink'" in line
                                      for line in refused), output

@@ -81,6 +81,16 @@ def lines_with(output, marker):
     return [line for line in output.splitlines() if marker in line]
 
 
+def messages_from(output, marker):
+    """Each message that begins with ``marker``, up to the end of its line.
+
+    A launcher forwards each rank's stream as it comes, so two ranks' prints
+    can share one line of the job's output; each occurrence counts once.
+    """
+    return [marker + rest for line in output.splitlines()
+            for rest in line.split(marker)[1:]]
+
+
 #: a job whose rank 2 dies at step 5 of 20 under hpcdist.resilient.run; every survivor
 #: prints ``DONE world W rank R size 2 mode shrink total 45.0 lost [2]``
 LOSES_RANK_2 = PRELUDE + """

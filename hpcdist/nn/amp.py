@@ -43,6 +43,12 @@ Two ways to train, both with float32 weights updated by the optimizer:
            scaler.step(opt)          # unscale, step unless inf/NaN, adapt scale
            opt.zero_grad()
 
+3. :class:`MixedPrecision` under sharded data parallelism: hand it to
+   :class:`hpcdist.parallel.ShardedDataParallel` in place of the optimizer
+   (``ShardedDataParallel(model, amp, stage=3)``); then each rank keeps the
+   float32 masters of its own rows only, and ``amp.step()`` and
+   ``amp.zero_grad()`` are the wrapper's.
+
 Notes
 -----
 - Build :class:`MixedPrecision` before anything keeps references to the
@@ -374,6 +380,7 @@ class MixedPrecision:
             p.data[...] = master.data
         self._grad_buffers = [None] * len(self.params)
         self._found_inf = None  # the result of unscale() for the step in progress
+        self._sharding = None  # the sharding wrapper holding the masters' rows, if any
 
     def _bind_optimizer(self, optimizer):
         if not isinstance(optimizer, Optimizer):
@@ -454,12 +461,22 @@ class MixedPrecision:
     def step(self):
         """Unscale, then step the masters and copy them to the module, or skip on overflow.
 
+        Under :class:`hpcdist.parallel.ShardedDataParallel` this is the wrapper's
+        ``step()``: the masters of this rank's rows are stepped, then the
+        updated 16-bit rows gathered.
+
         Returns
         -------
         bool
             True when the optimizer stepped, False when the step was skipped
             (weights unchanged, scale backed off).
         """
+        if self._sharding is not None:
+            return self._sharding.step()
+        return self._step_masters()
+
+    def _step_masters(self):
+        """:meth:`step` on the masters this object holds (all, or a sharding's rows)."""
         found_inf = self.unscale()
         self._found_inf = None
         if not found_inf:
@@ -471,8 +488,15 @@ class MixedPrecision:
         return not found_inf
 
     def zero_grad(self, set_to_none=False):
-        """Zero the module's (compute) gradients; master gradients are rewritten each step."""
+        """Zero the module's (compute) gradients; master gradients are rewritten each step.
+
+        Under :class:`hpcdist.parallel.ShardedDataParallel` this is the wrapper's
+        ``zero_grad()``.
+        """
         self._found_inf = None
+        if self._sharding is not None:
+            self._sharding.zero_grad(set_to_none)
+            return
         for p in self.params:
             p.zero_grad(set_to_none)
 
@@ -481,13 +505,22 @@ class MixedPrecision:
         """``{"master_params": [array copies], "optimizer": ..., "scaler": ...}``.
 
         The compute weights are the masters rounded, so they are not saved.
+
+        Raises
+        ------
+        ValueError
+            Under :class:`hpcdist.parallel.ShardedDataParallel`, which holds the
+            masters' rows: save the wrapper's ``state_dict()`` (the loss scale
+            included).
         """
+        self._check_not_sharded("state_dict")
         return {"master_params": [master.data.copy() for master in self.master_params],
                 "optimizer": self.optimizer.state_dict(),
                 "scaler": self.scaler.state_dict()}
 
     def load_state_dict(self, state):
         """Restore a :meth:`state_dict`: masters, compute weights, optimizer and scale."""
+        self._check_not_sharded("load_state_dict")
         masters = state["master_params"]
         if len(masters) != len(self.master_params):
             raise InvalidArgumentError(
@@ -508,6 +541,12 @@ class MixedPrecision:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         self._found_inf = None
+
+    def _check_not_sharded(self, method):
+        if self._sharding is not None:
+            raise InvalidArgumentError(
+                f"MixedPrecision.{method}: a ShardedDataParallel holds this rank's rows of the "
+                f"master weights; use the wrapper's {method}(), which includes the loss scale")
 
     def __repr__(self):
         return (f"MixedPrecision(dtype={self.dtype}, master_dtype={self.master_dtype}, "

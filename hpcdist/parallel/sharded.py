@@ -32,12 +32,14 @@ from ..comm import allgather, broadcast, reduce_scatter, resolve_context
 from ..comm.agreement import agree_config, described_layouts
 from ..comm.background import CommunicationThread
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
+from ..nn.amp import MixedPrecision
 from ..nn.module import Module, array_module
 from ..nn.optim import Optimizer
 from ._checks import checked_bucket_size
 from .buckets import bucket_groups
 from .ddp import DistributedDataParallel, sync_buffers
 from .replica import _check_optimizer_owns
+from .sharded_amp import check_mixed_precision, mixed_precision_settings, shard_mixed_precision
 from .sharded_layers import LayerGathering
 from .sharded_rows import (
     RowShard,
@@ -62,11 +64,16 @@ class ShardedDataParallel(Module):
     module : hpcdist.nn.Module
         The model; every rank must build the same one (checked). Rank 0's
         parameters and buffers are copied to every rank.
-    optimizer : hpcdist.nn.optim.Optimizer
+    optimizer : hpcdist.nn.optim.Optimizer or hpcdist.nn.amp.MixedPrecision
         Built on ``module.parameters()`` (SGD, Adam, AdamW, ...; checked).
         It is re-pointed at this rank's rows of each parameter and keeps its
         class, hyperparameters and parameter groups, so learning-rate
         schedules built on it work unchanged; step it through :meth:`step`.
+        A :class:`~hpcdist.nn.amp.MixedPrecision` built on ``module`` trains
+        it in 16 bits: each rank keeps float32 masters (and optimizer state)
+        of its own rows only, the 16-bit weights are what is gathered and
+        their 16-bit gradients what is averaged, and every rank skips the
+        steps whose gradients overflowed on any rank.
     stage : {1, 2, 3}, default=2
         What is sharded besides the optimizer state: nothing (1), the
         gradients (2), the gradients and the parameters (3).
@@ -81,6 +88,8 @@ class ShardedDataParallel(Module):
     ----------
     module : Module
     optimizer : Optimizer
+        The optimizer (with mixed precision, the one stepping the masters).
+    mixed_precision : MixedPrecision or None
     stage : int
     shards : list of RowShard
         This rank's rows of each trainable parameter, in registration order.
@@ -116,11 +125,14 @@ class ShardedDataParallel(Module):
             raise InvalidArgumentTypeError(
                 f"{_OWNER}: module is a {type(module).__name__}, not an hpcdist.nn.Module; pass "
                 "the model itself (not wrapped in a data-parallel wrapper)")
+        amp = optimizer if isinstance(optimizer, MixedPrecision) else None
+        if amp is not None:
+            optimizer = amp.optimizer
         if not isinstance(optimizer, Optimizer):
             raise InvalidArgumentTypeError(
                 f"{_OWNER}: optimizer is a {type(optimizer).__name__}, not an hpcdist.nn.optim "
-                "optimizer; build one on module.parameters() (for torch models use "
-                "hpcdist.torch.ShardedOptimizer or FullyShardedModule)")
+                "optimizer or MixedPrecision; build one on module.parameters() (for torch "
+                "models use hpcdist.torch.ShardedOptimizer or FullyShardedModule)")
         if isinstance(stage, bool) or not isinstance(stage, numbers.Integral):
             raise InvalidArgumentTypeError(
                 f"{_OWNER}: stage={stage!r} should be the integer 1 (shard the optimizer state), "
@@ -133,15 +145,20 @@ class ShardedDataParallel(Module):
         named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
         if not named:
             raise InvalidArgumentError(f"{_OWNER}: the module has no trainable parameters")
-        _check_optimizer_owns(_OWNER, optimizer, module, named)
+        self.ctx = resolve_context(ctx)
+        if amp is None:
+            _check_optimizer_owns(_OWNER, optimizer, module, named)
+        else:
+            check_mixed_precision(amp, module, named, self.ctx)
         self.module = module
         self.optimizer = optimizer
+        self.mixed_precision = amp
         self.stage = int(stage)
         self.bucket_size_mb = bucket_size_mb
-        self.ctx = resolve_context(ctx)
         self.exposed_communication_seconds = 0.0
-        _verify(self.ctx, named, module, optimizer,
-                {"stage": self.stage, "bucket_size_mb": bucket_size_mb})
+        settings = {"stage": self.stage, "bucket_size_mb": bucket_size_mb}
+        settings.update({} if amp is None else mixed_precision_settings(amp))
+        _verify(self.ctx, named, module, optimizer, settings)
         self._ddp = None
         if self.stage == 1:  # DDP averages the gradients; it also copies rank 0's state
             self._ddp = DistributedDataParallel(module, bucket_size_mb=bucket_size_mb,
@@ -157,7 +174,10 @@ class ShardedDataParallel(Module):
         # held twice for a moment (one collective for all would hold a copy of the model)
         self._gather_groups = [[self._shard_of[id(p)] for _, p in entries] for entries
                                in bucket_groups(named, bucket_size_mb * _MEBIBYTE)]
-        _repoint_optimizer(optimizer, self._shard_of)
+        if amp is None:
+            _repoint_optimizer(optimizer, self._shard_of)
+        else:
+            shard_mixed_precision(amp, self.shards, self.ctx, _repoint_optimizer, self)
         progress = CommunicationThread.available() and size > 1
         self._thread = self.ctx.communication_thread() if progress else None
         self._sync_enabled = True
@@ -233,15 +253,31 @@ class ShardedDataParallel(Module):
 
     def step(self):
         """Step this rank's rows with the optimizer, then (stages 1 and 2) allgather the
-        updated rows into every rank's whole parameters."""
+        updated rows into every rank's whole parameters.
+
+        With mixed precision, this rank's float32 masters are stepped from its
+        unscaled rows of the gradient and rounded into its 16-bit rows, unless
+        a gradient overflowed on some rank: then no rank steps and the loss
+        scale backs off (``mixed_precision.step()`` does the same).
+
+        Returns
+        -------
+        bool
+            False when mixed precision skipped the step, else True.
+        """
         self._finish_reductions()
         if self.stage == 1:
             self._bind_whole_gradients()
         if self._layers is not None:
             self._layers.discard_prefetched()
-        self.optimizer.step()
-        if self.stage < 3:
+        if self.mixed_precision is None:
+            self.optimizer.step()
+            stepped = True
+        else:
+            stepped = self.mixed_precision._step_masters()
+        if self.stage < 3 and stepped:
             self._allgather_parameters()
+        return stepped
 
     @property
     def param_groups(self):
@@ -261,6 +297,8 @@ class ShardedDataParallel(Module):
         for shard in self.shards:
             shard.parameter.zero_grad(set_to_none or self.stage > 1)
             shard.piece.zero_grad(set_to_none)
+        if self.mixed_precision is not None:
+            self.mixed_precision._found_inf = None
 
     # -- gradient reduction (stages 2 and 3) -----------------------------------------------
     def _on_grad_ready(self, parameter):
@@ -364,6 +402,10 @@ class ShardedDataParallel(Module):
         dict
             ``"parameters"`` (parameter values, frozen ones and buffers included),
             ``"gradients"`` and ``"optimizer_state"`` (the optimizer's arrays).
+            With mixed precision, the parameters and gradients are the 16-bit
+            ones, the float32 master rows count as optimizer state (as the
+            ZeRO paper counts them) and the float32 rows of the unscaled
+            gradient as gradients.
         """
         gathered = set() if self._layers is None else self._layers.gathered_ids()
         parameters = sum(bytes_held(p.data) for p in self.module.parameters()
@@ -376,6 +418,10 @@ class ShardedDataParallel(Module):
             gradients += sum(bytes_held(s.piece._grad) for s in self.shards)
         state = sum(bytes_held(value) for entry in self.optimizer.state.values()
                     for value in entry.values() if hasattr(value, "nbytes"))
+        amp = self.mixed_precision
+        if amp is not None:
+            gradients += sum(bytes_held(buffer) for buffer in amp._grad_buffers)
+            state += sum(bytes_held(master.data) for master in amp.master_params)
         return {"parameters": parameters, "gradients": gradients, "optimizer_state": state}
 
     def extra_repr(self):
@@ -388,9 +434,10 @@ def _reduce_all(grads, shards, ctx):
     return reduce_rows_coalesced(shards, grads, ctx, reduce_scatter)
 
 
-def _repoint_optimizer(optimizer, shard_of):
+def _repoint_optimizer(optimizer, shard_of, piece_of=lambda shard: shard.piece):
     """Make ``optimizer`` step this rank's pieces in place of the whole parameters (in the
-    same groups; existing state cut to the piece's rows)."""
+    same groups; existing state cut to the piece's rows). ``shard_of`` maps the id of each
+    parameter the optimizer holds to its shard, ``piece_of`` gives the shard's piece."""
     state = {}
     for group in optimizer.param_groups:
         params = []
@@ -401,9 +448,10 @@ def _repoint_optimizer(optimizer, shard_of):
                 if p in optimizer.state:
                     state[p] = optimizer.state[p]
                 continue
-            params.append(shard.piece)
+            piece = piece_of(shard)
+            params.append(piece)
             if p in optimizer.state:
-                state[shard.piece] = {
+                state[piece] = {
                     key: (shard.rows_of(value).copy()
                           if hasattr(value, "shape") and tuple(value.shape) == shard.shape
                           else value)

@@ -40,6 +40,9 @@ class RowShard:
     piece : Parameter
         This rank's block, of shape ``(stop - start,) + shape[1:]``; the
         optimizer's parameter in place of ``parameter``.
+    master : Parameter or None
+        With mixed precision: the float32 master of the piece's rows, which
+        the optimizer steps in place of the (16-bit) piece.
     """
 
     def __init__(self, name, parameter, size, rank):
@@ -52,6 +55,12 @@ class RowShard:
         self.start = sum(self.counts[:rank])
         self.stop = self.start + self.counts[rank]
         self.piece = Parameter(self.rows_of(parameter.data), requires_grad=True)
+        self.master = None
+
+    @property
+    def stepped(self):
+        """The rows the optimizer steps: the master under mixed precision, else the piece."""
+        return self.piece if self.master is None else self.master
 
     @property
     def row_elements(self):

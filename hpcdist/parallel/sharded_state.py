@@ -24,7 +24,8 @@ _OWNER = "ShardedDataParallel"
 
 def _whole(sdp, shard, rows):
     """The whole array of which this rank holds ``rows`` (of ``shard``'s parameter)."""
-    gathered = allgather(rows, counts=shard.counts, ctx=sdp.ctx) if sdp.ctx.size > 1 else rows
+    gathered = (allgather(rows, counts=shard.counts, ctx=sdp.ctx) if sdp.ctx.size > 1
+                else rows.copy())
     return shard.whole(gathered)
 
 
@@ -40,10 +41,11 @@ def sharded_state(sdp):
     module = OrderedDict()
     for name, p in sdp.module.named_parameters():
         shard = shards.get(name)
-        module[name] = p.data.copy() if shard is None else _entry(sdp, shard, shard.piece.data)
+        module[name] = (p.data.copy() if shard is None
+                        else _entry(sdp, shard, shard.stepped.data))
     module.update((name, b.copy()) for name, b in sdp.module.named_buffers())
     saved = sdp.optimizer.state_dict()
-    pieces = {id(shard.piece): shard for shard in sdp.shards}
+    pieces = {id(shard.stepped): shard for shard in sdp.shards}
     params = sdp.optimizer._indexed_params()
     state = {}
     for index, entry in saved["state"].items():
@@ -53,8 +55,11 @@ def sharded_state(sdp):
                   if shard is not None and hasattr(value, "shape")
                   and tuple(value.shape) == tuple(shard.piece.shape) else value)
             for key, value in entry.items()}
-    return {"module": module, "optimizer": {"state": state,
-                                            "param_groups": saved["param_groups"]}}
+    result = {"module": module, "optimizer": {"state": state,
+                                              "param_groups": saved["param_groups"]}}
+    if sdp.mixed_precision is not None:
+        result["scaler"] = sdp.mixed_precision.scaler.state_dict()
+    return result
 
 
 def _rows_for(shard, value, what):
@@ -92,15 +97,19 @@ def load_sharded_state(sdp, state, strict=True):
                                 "only")
     for name, shard in shards.items():
         if name in saved:
-            shard.piece.data[...] = _rows_for(shard, saved[name], repr(name))
+            shard.stepped.data[...] = _rows_for(shard, saved[name], repr(name))
+            if shard.master is not None:  # the 16-bit rows are the masters rounded
+                shard.piece.data[...] = shard.master.data
     sdp.module.load_state_dict({name: value for name, value in saved.items()
                                 if name not in shards}, strict=False)
     if "optimizer" in state:
         _load_optimizer(sdp, state["optimizer"])
+    if sdp.mixed_precision is not None and "scaler" in state:
+        sdp.mixed_precision.scaler.load_state_dict(state["scaler"])
 
 
 def _load_optimizer(sdp, saved):
-    pieces = {id(shard.piece): shard for shard in sdp.shards}
+    pieces = {id(shard.stepped): shard for shard in sdp.shards}
     params = sdp.optimizer._indexed_params()
     state = {}
     for key, entry in saved["state"].items():
@@ -120,9 +129,9 @@ def full_module_state(sdp):
     state = OrderedDict()
     for name, p in sdp.module.named_parameters():
         shard = shards.get(name)
-        if shard is None or sdp.stage < 3:
+        if shard is None or (sdp.stage < 3 and shard.master is None):
             state[name] = p.data.copy()
-        else:
-            state[name] = _whole(sdp, shard, shard.piece.data)
+        else:  # the masters under mixed precision: the trained float32 weights
+            state[name] = _whole(sdp, shard, shard.stepped.data)
     state.update((name, b.copy()) for name, b in sdp.module.named_buffers())
     return state

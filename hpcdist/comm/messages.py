@@ -12,6 +12,12 @@ message's parts under one lock.
 :func:`pack` and :func:`unpack` pickle a payload into bytes plus its large
 buffers, so a service can send the payload inside a message whose envelope
 (call ids, kinds) unpickles even when the payload does not.
+
+A channel opened on a context with fault tolerance on turns an MPI error
+that reports a lost rank into :class:`~hpcdist.exceptions.RankFailedError`,
+after revoking its own communicator and the context's, so that every rank's
+next receive on the channel fails too (a service polling ``ANY_SOURCE``
+learns of the loss at its next poll).
 """
 
 import pickle
@@ -21,6 +27,7 @@ import time
 
 import numpy as np
 
+from .faults import is_rank_failure, raise_if_rank_failed, revoke
 from .mpi import MPI, load_pkl5
 
 __all__ = ["MessageChannel", "ReceiveBuffers", "open_channel", "pack", "unpack", "thread_level",
@@ -80,8 +87,13 @@ def open_channel(ctx):
     no message is sent to a rank still creating it.
     """
     comm = ctx.comm.Dup()
-    comm.Barrier()
-    return MessageChannel(comm)
+    channel = MessageChannel(comm, ctx)
+    try:
+        comm.Barrier()
+    except MPI.Exception as exc:
+        channel._raise_if_lost(exc, "opening a message channel")
+        raise
+    return channel
 
 
 class MessageChannel:
@@ -100,15 +112,20 @@ class MessageChannel:
     ----------
     comm : mpi4py.MPI.Intracomm
         A communicator the channel owns (a ``Dup``) and frees in :meth:`free`.
+    ctx : Context, optional
+        The context ``comm`` duplicates: with its fault tolerance on, an
+        operation that meets a lost rank raises
+        :class:`~hpcdist.exceptions.RankFailedError`.
 
     Attributes
     ----------
     rank, size : int
     """
 
-    def __init__(self, comm):
+    def __init__(self, comm, ctx=None):
         self._pkl5 = load_pkl5()
         self._comm = comm
+        self._ctx = ctx
         self._pickle = MPI.Pickle()
         self._send_lock = threading.Lock()
         # a message's later parts are matched by source and tag only: one receiver at a
@@ -125,13 +142,18 @@ class MessageChannel:
         until the request completes.
         """
         data, buffers = self._pickle.dumps_oob(obj)
-        if not buffers and len(data) < 1 << 30:
-            return MPI.Comm.Isend(self._comm, (data, MPI.BYTE), dest, 2 * tag)
-        requests = []
-        with self._send_lock, self._pkl5._BigMPI() as big:  # the parts posted in order
-            sizes = np.array([len(data)] + [len(buffer) for buffer in buffers], dtype=np.int64)
-            for part in [(sizes, MPI.INT64_T), *map(big, [data, *buffers])]:
-                requests.append(MPI.Comm.Isend(self._comm, part, dest, 2 * tag + 1))
+        try:
+            if not buffers and len(data) < 1 << 30:
+                return MPI.Comm.Isend(self._comm, (data, MPI.BYTE), dest, 2 * tag)
+            requests = []
+            with self._send_lock, self._pkl5._BigMPI() as big:  # the parts posted in order
+                sizes = np.array([len(data)] + [len(buffer) for buffer in buffers],
+                                 dtype=np.int64)
+                for part in [(sizes, MPI.INT64_T), *map(big, [data, *buffers])]:
+                    requests.append(MPI.Comm.Isend(self._comm, part, dest, 2 * tag + 1))
+        except MPI.Exception as exc:
+            self._raise_if_lost(exc, f"a message to rank {dest} (on a message channel)")
+            raise
         return _Requests(requests, sizes)
 
     def send(self, obj, dest, tag):
@@ -144,9 +166,13 @@ class MessageChannel:
         """
         request = self.isend(obj, dest, tag)
         pause = SEND_POLL_SLEEP
-        while not request.Test():
-            time.sleep(pause)
-            pause = min(2 * pause, SEND_POLL_LONGEST_SLEEP)
+        try:
+            while not request.Test():
+                time.sleep(pause)
+                pause = min(2 * pause, SEND_POLL_LONGEST_SLEEP)
+        except MPI.Exception as exc:
+            self._raise_if_lost(exc, f"a message to rank {dest} (on a message channel)")
+            raise
 
     def poll(self):
         """Receive one waiting message, if any: ``(obj, source, tag)``, or None at once.
@@ -156,11 +182,15 @@ class MessageChannel:
         """
         status = MPI.Status()
         with self._receive_lock:
-            message = MPI.Comm.improbe(self._comm, MPI.ANY_SOURCE, MPI.ANY_TAG, status)
-            if message is None:
-                return None
-            source, wire_tag = status.Get_source(), status.Get_tag()
-            return self._receive(message, status, source, wire_tag), source, wire_tag // 2
+            try:
+                message = MPI.Comm.improbe(self._comm, MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+                if message is None:
+                    return None
+                source, wire_tag = status.Get_source(), status.Get_tag()
+                return self._receive(message, status, source, wire_tag), source, wire_tag // 2
+            except MPI.Exception as exc:
+                self._raise_if_lost(exc, "a message channel's receive from any rank")
+                raise
 
     def poll_from(self, source, tag):
         """Receive the waiting message from rank ``source`` on ``tag``, if any: the object,
@@ -168,10 +198,14 @@ class MessageChannel:
         status = MPI.Status()
         comm = self._comm
         with self._receive_lock:
-            for wire_tag in (2 * tag, 2 * tag + 1):
-                message = MPI.Comm.improbe(comm, source, wire_tag, status)
-                if message is not None:
-                    return self._receive(message, status, source, wire_tag)
+            try:
+                for wire_tag in (2 * tag, 2 * tag + 1):
+                    message = MPI.Comm.improbe(comm, source, wire_tag, status)
+                    if message is not None:
+                        return self._receive(message, status, source, wire_tag)
+            except MPI.Exception as exc:
+                self._raise_if_lost(exc, f"a message channel's receive from rank {source}")
+                raise
         return None
 
     @property
@@ -208,13 +242,31 @@ class MessageChannel:
         """The sum over ranks of ``counts`` (integers), as an int64 array (collective)."""
         local = np.asarray(counts, dtype=np.int64)
         total = np.empty_like(local)
-        self._comm.Allreduce(local, total, op=MPI.SUM)
+        try:
+            self._comm.Allreduce(local, total, op=MPI.SUM)
+        except MPI.Exception as exc:
+            self._raise_if_lost(exc, "a message channel's sum over the ranks")
+            raise
         return total
 
+    def _raise_if_lost(self, exc, where):
+        """RankFailedError from ``exc`` when it reports a lost rank and the channel's context
+        has fault tolerance on (the channel's communicator revoked first); else return."""
+        ctx = self._ctx
+        if ctx is None or ctx.fault_tolerance is None or not is_rank_failure(exc, self._comm):
+            return
+        revoke(self._comm)
+        raise_if_rank_failed(ctx, exc, where)
+
     def free(self):
-        """Release the communicator (collective; MPI may already be finalized)."""
+        """Release the communicator (collective; MPI may already be finalized). A
+        communicator revoked after a lost rank is released without error."""
         if not MPI.Is_finalized() and self._comm != MPI.COMM_NULL:
-            self._comm.Free()
+            try:
+                self._comm.Free()
+            except MPI.Exception as exc:
+                if not is_rank_failure(exc, self._comm):
+                    raise
 
 
 class ReceiveBuffers:

@@ -21,6 +21,15 @@ The training loop, the same in every mode::
             ps.apply_gradients("w", learning_rate)
             ps.clear_gradients("w")
     ps.close()                                  # collective
+
+With fault tolerance on (``hpcdist.init(fault_tolerance=...)``), a lost rank
+makes every call of every survivor raise
+:class:`~hpcdist.exceptions.RankFailedError`, waiting ones included (a sync
+round cannot complete without the lost worker). The server cannot go on
+after the loss, since the slices the lost rank held went with it: once the
+context is recovered its calls raise :class:`~hpcdist.exceptions.InvalidStateError`;
+a new server takes over (:class:`~hpcdist.parallel.ParameterServerTraining`
+makes one by itself, from the parameters the survivors restored).
 """
 
 import itertools
@@ -35,8 +44,14 @@ from .._environment import stall_timeout_from_env
 from .._partition import balanced_counts, offsets_of
 from ..comm import barrier, gather_object, resolve_context
 from ..comm.agreement import agree_config
-from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, InvalidStateError
+from ..exceptions import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvalidStateError,
+    RankFailedError,
+)
 from ..rpc import init_rpc, is_initialized, rpc_async, shutdown, wait_all
+from ..rpc.agent import current_agent
 from .errors import DivergenceError
 from .ps_shard import Shard
 
@@ -113,6 +128,8 @@ class ParameterServer:
         self._state = {}      # name -> {"pending": bool, "complete": bool}
         self._uses_rpc = False
         self._closed = False
+        self._loss = None        # the RankFailedError of a lost rank, once met
+        self._recovered = False  # the context was recovered since: this server cannot go on
         self._stats = {"pushes": 0, "pulls": 0, "applies": 0, "max_staleness": 0,
                        "seconds_waited": 0.0}
 
@@ -141,6 +158,9 @@ class ParameterServer:
         if self.ctx.size > 1 and not self._uses_rpc:
             _acquire_rpc(self.ctx)
             self._uses_rpc = True
+            current_agent().add_loss_listener(self._on_loss)
+            if self.ctx.fault_tolerance is not None:
+                self.ctx.on_recovery(self._after_recovery)
         slices = self._slices(name, array.size)
         flat = array.reshape(-1)
         replay = self._replay or {}
@@ -281,7 +301,14 @@ class ParameterServer:
         """
         if self._closed:
             return
-        self._finish_all()
+        if self._loss is not None or self._recovered:
+            self._abandon()
+            return
+        try:
+            self._finish_all()
+        except RankFailedError:
+            self._abandon()
+            raise
         if self.trace is not None:
             events = {key: np.asarray(shard.events, dtype=np.int64)
                       for key, shard in self.shards.items()}
@@ -292,6 +319,8 @@ class ParameterServer:
         self._closed = True
         _SERVERS.pop(self._id, None)
         if self._uses_rpc:
+            self._uses_rpc = False
+            current_agent().remove_loss_listener(self._on_loss)
             _release_rpc()
 
     def _finish_all(self):
@@ -358,8 +387,50 @@ class ParameterServer:
         return int(worker)
 
     def _check_open(self, where):
+        if self._recovered:
+            raise InvalidStateError(
+                f"ParameterServer.{where}: ranks were lost (ranks "
+                f"{list(self._loss.failed_ranks) if self._loss else '?'} before the recovery), "
+                "and the parameter slices they held with them; this server cannot go on: "
+                "create a new ParameterServer on the recovered context and set_parameters "
+                "from the values the survivors restored")
         if self._closed:
             raise InvalidStateError(f"ParameterServer.{where}: the server is closed")
+        loss = self._loss
+        if loss is not None:
+            raise RankFailedError(f"ParameterServer.{where}: {loss}", loss.failed_ranks)
+
+    # -- lost ranks -------------------------------------------------------------------------
+    def _on_loss(self, error):
+        """The RPC service met a lost rank: every request of this rank's shards, waiting or
+        new, and every call here raise RankFailedError."""
+        if self._loss is None:
+            self._loss = error
+        for shard in list(self.shards.values()):
+            shard.abort(error)
+
+    def _after_recovery(self):
+        """The context was recovered: this server is left behind (see :meth:`_check_open`)."""
+        if self._loss is None:
+            self._loss = RankFailedError("a rank was lost", ())
+        self._abandon()
+        self._recovered = True
+
+    def _abandon(self):
+        """Close on this rank alone after a loss: the shards dropped, the RPC service let go
+        of without a collective round (the lost ranks cannot take part)."""
+        if self._closed:
+            return
+        self._closed = True
+        for shard in list(self.shards.values()):
+            shard.abort(self._loss)
+        self.shards = {}
+        _SERVERS.pop(self._id, None)
+        if self._uses_rpc:
+            self._uses_rpc = False
+            if is_initialized():
+                current_agent().remove_loss_listener(self._on_loss)
+            _release_rpc(graceful=False)
 
     def __repr__(self):
         return (f"ParameterServer(mode={self.mode!r}, staleness={self.staleness}, "
@@ -374,12 +445,14 @@ def _acquire_rpc(ctx):
     _RPC_USE["servers"] += 1
 
 
-def _release_rpc():
-    """Collective: stop the RPC service if the servers started it and none is left."""
+def _release_rpc(graceful=True):
+    """Stop the RPC service if the servers started it and none is left: collectively,
+    or on this rank alone (``graceful=False``, after a lost rank)."""
     _RPC_USE["servers"] -= 1
     if _RPC_USE["servers"] == 0 and _RPC_USE["started_here"]:
         _RPC_USE["started_here"] = False
-        shutdown(graceful=True)
+        if is_initialized():
+            shutdown(graceful=graceful)
 
 
 def _write_trace(path, server, gathered):

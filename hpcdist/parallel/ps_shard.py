@@ -18,6 +18,10 @@ Every pull and apply is recorded as an event (``worker * 2 + kind``); with a
 replay list, each request waits until it is the next recorded event, so the
 same updates meet the same versions again. Requests run in RPC handler
 threads (or the owner's own thread); the shard's condition serialises them.
+
+After a lost rank (:meth:`Shard.abort`) every request, waiting or new, raises
+:class:`~hpcdist.exceptions.RankFailedError`: a round or a staleness bound
+that counted on the lost worker would otherwise wait for it forever.
 """
 
 import collections
@@ -26,7 +30,7 @@ import time
 
 import numpy as np
 
-from ..exceptions import InvalidStateError
+from ..exceptions import InvalidStateError, RankFailedError
 from ..rpc import handler_waiting
 
 __all__ = ["Shard", "PULL", "APPLY"]
@@ -72,12 +76,14 @@ class Shard:
         self._unplayed = None if replay is None else collections.Counter(self.replay)
         self.max_staleness = 0
         self.learning_rate = None  # sync: the last one given, for a round a finish completes
+        self.loss = None           # the RankFailedError of a lost rank (see abort)
         self._condition = threading.Condition()
 
     # -- requests ------------------------------------------------------------------------
     def pull(self, worker):
         """``(values copy, version, seconds waited)`` once the mode lets ``worker`` read."""
         with self._condition:
+            self._check_not_lost(worker, "pull")
             waited = self._wait(lambda: self._may_pull(worker), worker, PULL)
             self._record(worker, PULL)
             self.pulled[worker] = self.version
@@ -87,6 +93,7 @@ class Shard:
         """Add ``gradient`` to the worker's pending one; returns whether a sync round is
         complete (always False in the other modes)."""
         with self._condition:
+            self._check_not_lost(worker, "push")
             if worker in self.pending:
                 self.pending[worker] += gradient
             else:
@@ -105,6 +112,7 @@ class Shard:
         pending gradient, if any.
         """
         with self._condition:
+            self._check_not_lost(worker, "apply")
             if self.mode == "sync":
                 self.learning_rate = learning_rate
                 return self._apply_round(), 0
@@ -130,6 +138,7 @@ class Shard:
     def clear(self, worker):
         """Drop the worker's pending gradient (and its place in a sync round)."""
         with self._condition:
+            self._check_not_lost(worker, "clear")
             self.pending.pop(worker, None)
             self.basis.pop(worker, None)
             self.round.discard(worker)
@@ -139,6 +148,7 @@ class Shard:
         """The worker trains no more (for now): rounds and staleness bounds stop counting
         it, and a sync round that only waited for it is applied."""
         with self._condition:
+            self._check_not_lost(worker, "finish")
             self.finished.add(worker)
             if self.mode == "sync" and self.learning_rate is not None:
                 self._apply_round()
@@ -147,9 +157,24 @@ class Shard:
     def resume(self, worker):
         """The worker trains again, its count of updates starting anew."""
         with self._condition:
+            self._check_not_lost(worker, "resume")
             self.finished.discard(worker)
             self.clocks[worker] = 0
             self._condition.notify_all()
+
+    def abort(self, error):
+        """A rank was lost (``error``, a RankFailedError): every request waiting here, and
+        every later one, raises RankFailedError."""
+        with self._condition:
+            self.loss = error
+            self._condition.notify_all()
+
+    def _check_not_lost(self, worker, what):
+        # with the lock held
+        loss = self.loss
+        if loss is not None:
+            raise RankFailedError(f"ParameterServer: worker {worker}'s {what} of {self.key!r}: "
+                                  f"{loss}", loss.failed_ranks)
 
     def _apply_round(self):
         """Apply a complete sync round's mean gradient (summed in worker order); whether it
@@ -200,6 +225,7 @@ class Shard:
         deadline = start + self.timeout if self.timeout else None
         with handler_waiting():
             while not ready():
+                self._check_not_lost(worker, _KIND_NAMES[kind])
                 left = None if deadline is None else deadline - time.perf_counter()
                 if left is not None and left <= 0:
                     raise InvalidStateError(self._stuck(worker, kind))

@@ -6,6 +6,12 @@ parameters (``before - after``) is pushed as the gradient and applied with
 learning rate 1, and the rank continues from the parameters it pulls. With
 plain SGD this is pushing ``lr * gradient``; with momentum or Adam each
 rank's optimizer state stays local, as in Downpour.
+
+With fault tolerance on, a lost rank raises
+:class:`~hpcdist.exceptions.RankFailedError` from :meth:`ParameterServerTraining.step`
+on every survivor; after the context's recovery (:func:`hpcdist.resilient.run`,
+which restores the model from the last commit) the next step serves the
+restored parameters on a new server over the survivors.
 """
 
 from ..comm import broadcast
@@ -40,6 +46,8 @@ class ParameterServerTraining(ModelAveraging):
         self.mode, self.staleness = self.server.mode, self.server.staleness
         self._names = []
         self._earlier = {}  # the closed servers' counters
+        if self.ctx.fault_tolerance is not None:
+            self.ctx.on_recovery(self._after_recovery)
 
     def _on_start(self):
         flats = self._buffers.pack(self.replica.arrays())
@@ -81,6 +89,16 @@ class ParameterServerTraining(ModelAveraging):
         self.server = ParameterServer(mode=self.mode, staleness=self.staleness, ctx=self.ctx)
         self._buffers = None  # the next step starts on the new server
         return self
+
+    def _after_recovery(self):
+        """The context was recovered from a lost rank: the server, whose slices went partly
+        with the lost ranks, is left; the next step starts a new one (collective) from the
+        parameters the model holds then (rank 0's)."""
+        lost = self.server
+        lost._after_recovery()
+        self._earlier = _combined(self._earlier, lost.stats())
+        self.server = ParameterServer(mode=self.mode, staleness=self.staleness, ctx=self.ctx)
+        self._buffers = None
 
     def stats(self):
         """The base counters and the servers' (``pushes``, ``pulls``, ``max_staleness``...)."""

@@ -26,6 +26,15 @@ The service thread also polls the replies channel, for the futures
 nobody waits on yet and for the late replies of calls that timed out;
 MPI's matched probes give each reply to exactly one of them.
 
+With fault tolerance on (``hpcdist.init(fault_tolerance=...)``), a lost rank
+stops the service of every survivor: the service thread's next poll from any
+rank fails, the channels are revoked (so the other ranks' polls fail too),
+and every pending call, every later call and every wait of the parameter
+server on this rank raise :class:`~hpcdist.exceptions.RankFailedError`.
+Once the context has been recovered (:func:`hpcdist.resilient.run`), the
+agent serves again on it: new channels over the survivors, renumbered as the
+context is; remote references made before the loss are refused.
+
 Graceful shutdown is a termination-detection round (Mattern's counting
 method): ranks sum their counts of requests sent, requests answered and
 replies received until all three totals are equal and unchanged since the
@@ -39,9 +48,10 @@ import time
 import traceback
 from concurrent.futures import Future
 
+from ..comm.faults import failed_ranks_of
 from ..comm.messages import pack, thread_level, unpack
 from ..comm.threads import precise_short_sleeps
-from ..exceptions import InvalidStateError
+from ..exceptions import InvalidStateError, RankFailedError
 from .errors import RpcError, RpcTimeoutError
 from .pool import HandlerPool
 
@@ -120,11 +130,12 @@ class Agent:
                 f"use an MPI library built with thread support (the mpich wheel and Open MPI "
                 f"are)")
         self.ctx = ctx
-        self.rank, self.size = ctx.rank, ctx.size
         self.registry = registry
-        self.channel = ctx.channel()  # requests
-        self.replies = ctx.channel()  # replies, on the tag each call names
         self.pool = HandlerPool(_HANDLER_THREADS)
+        self._loss = None          # the RankFailedError that stopped the service, if one did
+        self._loss_listeners = []  # fn(error) called once when the service meets a loss
+        self.epoch = 0             # recoveries so far: remote references carry theirs
+        self._open_channels()
         self.rrefs = {}            # rref id -> value owned here
         self._ids = itertools.count()
         self._pending = {}         # call id -> (future, to, function name)
@@ -136,11 +147,93 @@ class Agent:
         self._lock = threading.Lock()
         self._sent = self._answered = self._replies = 0
         self._stopping = False
-        self._thread = threading.Thread(target=self._serve, name="hpcdist-rpc-service",
-                                        daemon=True)
+        self._thread = self._service_thread()
+        if ctx.fault_tolerance is not None:
+            ctx.on_recovery(self._after_recovery)
+
+    def _open_channels(self):
+        """The request and reply channels on the context's communicator (collective)."""
+        ctx = self.ctx
+        self.rank, self.size = ctx.rank, ctx.size
+        self.channel = ctx.channel()  # requests
+        self.replies = ctx.channel()  # replies, on the tag each call names
+        self._largest_reply_tag = min(self.replies.max_tag, _MAX_REPLY_TAG)
+
+    def _service_thread(self):
+        return threading.Thread(target=self._serve, name="hpcdist-rpc-service", daemon=True)
 
     def start(self):
         """Start serving (once the agent is installed: handlers look it up)."""
+        self._thread.start()
+
+    # -- lost ranks --------------------------------------------------------------------------
+    def add_loss_listener(self, listener):
+        """Call ``listener(error)`` (a :class:`RankFailedError`) when this rank's service
+        meets a lost rank, from the thread that met it; at once if it has met one."""
+        with self._lock:
+            self._loss_listeners.append(listener)
+            loss = self._loss
+        if loss is not None:
+            listener(loss)
+
+    def remove_loss_listener(self, listener):
+        """Stop calling ``listener`` (see :meth:`add_loss_listener`)."""
+        with self._lock:
+            if listener in self._loss_listeners:
+                self._loss_listeners.remove(listener)
+
+    def _lost(self, error):
+        """The service met a lost rank: every pending call fails with ``error``'s kind,
+        later calls too (until the context is recovered); the listeners learn of it."""
+        with self._lock:
+            if self._loss is not None:
+                return
+            self._loss = error
+            pending, self._pending = self._pending, {}
+            self._deadlines.clear()
+            self._tags_in_use.clear()
+            listeners = list(self._loss_listeners)
+        for future, to, name in pending.values():
+            if not future.done():
+                future.set_exception(self.loss_error(f"rpc to rank {to} ({name})"))
+        for listener in listeners:
+            listener(error)
+
+    def loss_error(self, where):
+        """A new :class:`RankFailedError` for ``where`` after the loss this rank met (the
+        lost ranks known by now, where the first notice named none)."""
+        loss = self._loss
+        failed = loss.failed_ranks or failed_ranks_of(self.ctx._fault_root.comm)
+        return RankFailedError(f"{where}: {loss}", failed)
+
+    def _fail_if_pending(self, future):
+        """Fail ``future`` after the loss, if no reply or loss has completed it."""
+        with self._lock:
+            entry = self._pending.pop(next((call_id for call_id, pending in self._pending.items()
+                                            if pending[0] is future), None), None)
+        if entry is not None and not future.done():
+            future.set_exception(self.loss_error(f"rpc to rank {entry[1]} ({entry[2]})"))
+
+    def _check_no_loss(self, where):
+        if self._loss is not None:
+            raise self.loss_error(where)
+
+    def _after_recovery(self):
+        """The context was recovered from a lost rank (collective over the survivors):
+        serve again on new channels over them. Calls and remote references of before
+        the loss are gone."""
+        if self._stopping:
+            return
+        self._end_service(lambda to, name: RankFailedError(
+            f"rpc to rank {to} ({name}): the context was recovered from a lost rank before "
+            "the reply arrived"))
+        self._open_channels()
+        with self._lock:
+            self._sent = self._answered = self._replies = 0
+            self._loss = None
+            self.epoch += 1
+            self._stopping = False
+        self._thread = self._service_thread()
         self._thread.start()
 
     # -- calling ---------------------------------------------------------------------------
@@ -158,6 +251,7 @@ class Agent:
         future = RpcFuture()
         future._agent = self
         with self._lock:
+            self._check_no_loss(f"rpc to rank {to} ({name})")
             call_id = next(self._ids)
             tag = self._free_reply_tag(to)
             future._reply = (to, tag)
@@ -167,7 +261,11 @@ class Agent:
                 future._deadline = time.monotonic() + timeout
                 heapq.heappush(self._deadlines, (future._deadline, call_id, timeout))
             self._sent += 1
-        self.channel.send((call_id, data, buffers, tag), to, REQUEST)
+        try:
+            self.channel.send((call_id, data, buffers, tag), to, REQUEST)
+        except RankFailedError as error:
+            self._lost(error)
+            raise self.loss_error(f"rpc to rank {to} ({name})") from error
         return future
 
     def _free_reply_tag(self, to):
@@ -198,7 +296,12 @@ class Agent:
             if deadline is not None and now >= deadline:
                 self._expire()  # the call's own timeout, not left to the service thread
                 continue
-            message = poll(to, tag)
+            try:
+                message = poll(to, tag)
+            except RankFailedError as error:
+                self._lost(error)  # fails the pending calls, this one too
+                self._fail_if_pending(future)
+                continue
             if message is not None:
                 self._complete(message)
                 continue
@@ -215,11 +318,15 @@ class Agent:
         clock = time.perf_counter
         last = clock()
         while not self._stopping:
-            request = poll_requests()
+            try:
+                request = poll_requests()
+                reply = poll_replies()
+            except RankFailedError as error:
+                self._lost(error)
+                return  # serves again once the context is recovered
             if request is not None:
                 message, source, _ = request
                 self.pool.submit(self._handle, source, message)
-            reply = poll_replies()
             if reply is not None:  # nobody waits on it yet, or it came late
                 self._complete(reply[0])
             if self._deadlines:  # every pass: under a stream of messages too
@@ -244,6 +351,8 @@ class Agent:
             reply = (call_id, False, _describe(exc, self.rank), [])
         try:
             self.replies.send(reply, source, reply_tag)
+        except RankFailedError as error:  # the caller (or another rank) was lost
+            self._lost(error)
         finally:
             with self._lock:
                 self._answered += 1
@@ -276,7 +385,11 @@ class Agent:
                 return
             future.set_result(result)
             return
-        remote_type, remote_message, remote_traceback = data
+        remote_type, remote_message, remote_traceback, *failed_ranks = data
+        if remote_type == _RANK_FAILED:  # the handler met a lost rank: so does this call
+            future.set_exception(RankFailedError(f"rpc to rank {to} ({name}): {remote_message}",
+                                                 *failed_ranks))
+            return
         future.set_exception(RpcError(
             f"rpc to rank {to} ({name}) raised {remote_type}: {remote_message}\n"
             f"--- traceback on rank {to} ---\n{remote_traceback.rstrip()}",
@@ -314,39 +427,57 @@ class Agent:
         previous = None
         pause = 1e-4
         while True:
-            totals = tuple(int(v) for v in self.channel.allreduce_sum(self.counts()))
+            self._check_no_loss("hpcdist.rpc's wait for the calls in flight")
+            try:
+                totals = tuple(int(v) for v in self.channel.allreduce_sum(self.counts()))
+            except RankFailedError as error:
+                self._lost(error)
+                raise self.loss_error("hpcdist.rpc's wait for the calls in flight") from error
             if totals[0] == totals[1] == totals[2] and totals == previous:
                 return
             previous = totals
             time.sleep(pause)
             pause = min(pause * 2, 0.02)
 
-    def stop(self, free):
-        """Stop serving on this rank; calls still pending fail with RpcError."""
-        self._stopping = True
+    def _end_service(self, error, pool=False):
+        """Stop the service thread (and the handler pool); the pending calls fail with
+        ``error(to, name)``; the values of remote references are dropped."""
+        self._stopping = True  # the service thread ends at its next poll
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
-        self.pool.stop(timeout=5.0)
+        if pool:
+            self.pool.stop(timeout=5.0)
         with self._lock:
             pending, self._pending = self._pending, {}
             self._deadlines.clear()
             self._tags_in_use.clear()
         for future, to, name in pending.values():
             if not future.done():
-                future.set_exception(RpcError(f"rpc to rank {to} ({name}): hpcdist.rpc was "
-                                              f"shut down before the reply arrived"))
+                future.set_exception(error(to, name))
         self.rrefs.clear()
+
+    def stop(self, free):
+        """Stop serving on this rank; calls still pending fail with RpcError."""
+        self._end_service(lambda to, name: RpcError(
+            f"rpc to rank {to} ({name}): hpcdist.rpc was shut down before the reply arrived"),
+            pool=True)
         if free:
             self.channel.free()
             self.replies.free()
 
 
+_RANK_FAILED = f"{RankFailedError.__module__}.{RankFailedError.__qualname__}"
+
+
 def _describe(exc, rank):
-    """A handler's exception as text: (qualified type, message, traceback)."""
+    """A handler's exception as text: (qualified type, message, traceback), and the lost
+    ranks of a RankFailedError."""
     kind = type(exc)
     name = kind.__qualname__ if kind.__module__ == "builtins" else \
         f"{kind.__module__}.{kind.__qualname__}"
     text = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
+    if isinstance(exc, RankFailedError):
+        return name, str(exc), text, exc.failed_ranks
     return name, str(exc), text
 
 

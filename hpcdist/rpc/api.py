@@ -4,7 +4,7 @@ import numbers
 import threading
 
 from ..comm import resolve_context
-from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, RankFailedError
 from . import agent as _agent
 from .rref import create_rref
 
@@ -47,10 +47,21 @@ def shutdown(graceful=True):
         request answered and every answer received, nested calls included),
         then stop every rank's service. False stops this rank's service at
         once; its calls still pending fail with RpcError.
+
+    Raises
+    ------
+    RankFailedError
+        ``graceful=True`` after a rank was lost (fault tolerance on): this
+        rank's service is stopped all the same, so ``init_rpc`` may start it again.
     """
     agent = _agent.current_agent()
-    if graceful:
-        agent.wait_quiet()
+    try:
+        if graceful:
+            agent.wait_quiet()
+    except RankFailedError:
+        _agent.uninstall()
+        agent.stop(free=False)
+        raise
     _agent.uninstall()
     agent.stop(free=graceful)
 
@@ -158,6 +169,10 @@ def rpc_sync(to, func, args=(), kwargs=None, *, timeout=None):
         The remote function raised (its type, message, rank and traceback).
     RpcTimeoutError
         No result within ``timeout`` seconds.
+    RankFailedError
+        A rank was lost (fault tolerance on): every pending and later call of
+        every survivor raises it, until the context is recovered
+        (:func:`hpcdist.resilient.run`); then calls go to the survivors' new ranks.
     """
     agent, to, args, kwargs, timeout = _checked(to, func, args, kwargs, timeout, "rpc_sync")
     return agent.call(to, func, args, kwargs, timeout).result()

@@ -20,11 +20,12 @@ class RRef:
         The rank that holds the value.
     """
 
-    def __init__(self, owner, rref_id, created=None, agent=None):
+    def __init__(self, owner, rref_id, created=None, agent=None, epoch=0):
         self._owner = owner
         self._id = rref_id
         self._created = created   # the creating call's future; None on borrowed copies
         self._agent = agent       # the agent to tell when the original is collected
+        self._epoch = epoch       # the agent's recoveries from lost ranks when it was made
 
     @property
     def owner(self):
@@ -47,28 +48,38 @@ class RRef:
         timeout : float, optional
             Seconds to wait (RpcTimeoutError after); None waits as long as it takes.
         """
+        agent = self._current("to_here")
         self._wait_created(timeout)
-        agent = current_agent()
         return agent.call(self._owner, fetch_value, (self._id,), {}, timeout).result()
 
     def local_value(self):
         """The value itself, on its owner (InvalidStateError on another rank)."""
-        agent = current_agent()
+        agent = self._current("local_value")
         if agent.rank != self._owner:
             raise InvalidStateError(f"local_value() on rank {agent.rank}: the value is held by "
                                     f"rank {self._owner}; use to_here()")
         self._wait_created()
         return fetch_value(self._id)
 
+    def _current(self, where):
+        """The agent, once sure that the value still exists where this refers to."""
+        agent = current_agent()
+        if self._epoch != agent.epoch:
+            raise InvalidStateError(
+                f"{where}() of {self!r}: it was made before ranks were lost, and the value "
+                "went with the old context (its owner's number may have changed too); make "
+                "it again with remote() on the recovered context")
+        return agent
+
     def __reduce__(self):
-        return RRef, (self._owner, self._id)
+        return RRef, (self._owner, self._id, None, None, self._epoch)
 
     def __repr__(self):
         return f"RRef(owner={self._owner}, id={self._id})"
 
     def __del__(self):
         agent, created = self._agent, self._created
-        if agent is None or agent._stopping or created is None:
+        if agent is None or agent._stopping or created is None or agent.epoch != self._epoch:
             return
         try:
             agent.pool.submit(_forget, agent, self._owner, self._id, created)
@@ -80,7 +91,7 @@ def create_rref(agent, to, func, args, kwargs):
     """Start ``func(*args, **kwargs)`` on rank ``to``, kept there; its RRef."""
     rref_id = (agent.rank, next(agent._ids))
     created = agent.call(to, _store_value, (rref_id, func, args, kwargs), {}, None)
-    return RRef(to, rref_id, created, agent)
+    return RRef(to, rref_id, created, agent, agent.epoch)
 
 
 def _store_value(rref_id, func, args, kwargs):

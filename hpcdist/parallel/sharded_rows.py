@@ -8,6 +8,11 @@ row. Splitting each parameter (rather than one flat buffer of all of them)
 keeps every block a contiguous view of its parameter, so reduce-scatter and
 allgather work on the parameters' own memory, and a checkpoint entry is the
 parameter's own shape.
+
+:class:`RowLayout` and the coalesced collectives take any array with NumPy's
+reshape and slicing (NumPy, CuPy, and torch tensors for the layout), so
+:mod:`hpcdist.torch` shards torch parameters with them, through comm's
+zero-copy views of its tensors.
 """
 
 import numpy as np
@@ -15,18 +20,18 @@ import numpy as np
 from .._partition import balanced_counts
 from ..nn.module import Parameter, array_module
 
-__all__ = ["RowShard", "released", "is_released", "bytes_held", "reduce_rows_coalesced",
-           "gather_rows_coalesced"]
+__all__ = ["RowLayout", "RowShard", "released", "is_released", "bytes_held",
+           "reduce_rows_coalesced", "gather_rows_coalesced", "gather_rows_into"]
 
 
-class RowShard:
-    """This rank's rows of one parameter, as a :class:`Parameter` the optimizer steps.
+class RowLayout:
+    """Which rows of one parameter each rank owns.
 
     Parameters
     ----------
     name : str
         The parameter's dotted name in the module.
-    parameter : Parameter
+    parameter : Parameter or torch.Tensor
         The module's parameter (its whole shape).
     size, rank : int
         The number of ranks and this rank.
@@ -37,12 +42,6 @@ class RowShard:
         Rows of each rank's block.
     start, stop : int
         This rank's rows.
-    piece : Parameter
-        This rank's block, of shape ``(stop - start,) + shape[1:]``; the
-        optimizer's parameter in place of ``parameter``.
-    master : Parameter or None
-        With mixed precision: the float32 master of the piece's rows, which
-        the optimizer steps in place of the (16-bit) piece.
     """
 
     def __init__(self, name, parameter, size, rank):
@@ -54,13 +53,6 @@ class RowShard:
         self.counts = balanced_counts(self.shape[0] if self.shape else 1, size)
         self.start = sum(self.counts[:rank])
         self.stop = self.start + self.counts[rank]
-        self.piece = Parameter(self.rows_of(parameter.data), requires_grad=True)
-        self.master = None
-
-    @property
-    def stepped(self):
-        """The rows the optimizer steps: the master under mixed precision, else the piece."""
-        return self.piece if self.master is None else self.master
 
     @property
     def row_elements(self):
@@ -79,6 +71,32 @@ class RowShard:
     def whole(self, gathered):
         """The gathered rows as an array of the parameter's shape."""
         return gathered.reshape(self.shape)
+
+
+class RowShard(RowLayout):
+    """This rank's rows of one parameter, as a :class:`Parameter` the optimizer steps.
+
+    Parameters and attributes as :class:`RowLayout`'s, and:
+
+    Attributes
+    ----------
+    piece : Parameter
+        This rank's block, of shape ``(stop - start,) + shape[1:]``; the
+        optimizer's parameter in place of ``parameter``.
+    master : Parameter or None
+        With mixed precision: the float32 master of the piece's rows, which
+        the optimizer steps in place of the (16-bit) piece.
+    """
+
+    def __init__(self, name, parameter, size, rank):
+        super().__init__(name, parameter, size, rank)
+        self.piece = Parameter(self.rows_of(parameter.data), requires_grad=True)
+        self.master = None
+
+    @property
+    def stepped(self):
+        """The rows the optimizer steps: the master under mixed precision, else the piece."""
+        return self.piece if self.master is None else self.master
 
     def accumulate_piece_grad(self, reduced):
         """Add a reduced block of rows to the piece's gradient."""
@@ -125,8 +143,8 @@ def _rank_major(shards, arrays, xp):
 
 
 def reduce_rows_coalesced(shards, grads, ctx, reduce_scatter):
-    """This rank's rows of the average over ranks of each of ``grads`` (one dtype), in one
-    reduce-scatter."""
+    """This rank's rows of the average over ranks of each of ``grads`` (arrays of the shards'
+    parameters' shapes, one dtype), in one reduce-scatter: flat arrays, one a shard."""
     xp = array_module(grads[0])
     flat, counts = _rank_major(shards, grads, xp)
     reduced = reduce_scatter(flat, op="mean", counts=counts, ctx=ctx)
@@ -141,16 +159,23 @@ def reduce_rows_coalesced(shards, grads, ctx, reduce_scatter):
 def gather_rows_coalesced(shards, ctx, allgather):
     """Write every rank's rows of each shard's piece (one dtype) into the whole parameters,
     in one allgather."""
-    xp = array_module(shards[0].piece.data)
-    local = (shards[0].piece.data.reshape(-1) if len(shards) == 1 else
-             xp.concatenate([shard.piece.data.reshape(-1) for shard in shards]))
+    gather_rows_into(shards, [shard.piece.data for shard in shards],
+                     [shard.parameter.data for shard in shards], ctx, allgather)
+
+
+def gather_rows_into(shards, pieces, wholes, ctx, allgather):
+    """Write every rank's rows into ``wholes`` (arrays of the shards' parameters' shapes),
+    this rank's being ``pieces`` (one dtype), in one allgather."""
+    xp = array_module(pieces[0])
+    local = (pieces[0].reshape(-1) if len(pieces) == 1 else
+             xp.concatenate([piece.reshape(-1) for piece in pieces]))
     counts = [sum(shard.counts[rank] * shard.row_elements for shard in shards)
               for rank in range(len(shards[0].counts))]
     gathered = allgather(local, counts=counts, ctx=ctx)
     offset = 0
     for rank in range(len(counts)):
-        for shard in shards:
+        for shard, whole in zip(shards, wholes):
             start = sum(shard.counts[:rank])
-            rows = shard.as_rows(shard.parameter.data)[start:start + shard.counts[rank]]
+            rows = shard.as_rows(whole)[start:start + shard.counts[rank]]
             rows[...] = gathered[offset:offset + rows.size].reshape(rows.shape)
             offset += rows.size

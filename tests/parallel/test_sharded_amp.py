@@ -14,8 +14,14 @@ from hpcdist.nn.amp import MixedPrecision
 from hpcdist.nn.optim import SGD, Adam, StepLR
 from hpcdist.parallel import ShardedDataParallel
 from tests.helpers import all_ranks, expect_error, mpi_twin
-from tests.parallel.test_sharded import (N_CLASSES, N_FEATURES, N_HIDDEN, STAGES, local_rows,
-                                         make_data)
+from tests.parallel.test_sharded import (
+    N_CLASSES,
+    N_FEATURES,
+    N_HIDDEN,
+    STAGES,
+    local_rows,
+    make_data,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
                                         "ignore:invalid value encountered:RuntimeWarning")

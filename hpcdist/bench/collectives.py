@@ -102,7 +102,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..comm import allgather, allreduce, broadcast, init, recv, send
-from ..comm.mpi import MPI
+from ..comm.mpi import MPI, library_name
 from ..exceptions import InvalidArgumentError
 from .common import (
     KIB,
@@ -887,7 +887,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = load_average()
     try:
         if b.rank == 0:
-            library = " ".join(MPI.Get_library_version().splitlines()[0].split())
+            library = library_name()
             print(f"hpcdist collectives benchmark: {b.size} ranks, {library}, "
                   f"gloo {'on' if dist else 'off'}, {os.cpu_count()} cores, load average "
                   f"{load_before}\ntimes: median per call in microseconds (ping-pong: per "

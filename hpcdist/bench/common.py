@@ -23,7 +23,7 @@ import numpy as np
 from threadpoolctl import threadpool_info
 
 from ..cli.arguments import RankZeroArgumentParser, finite_float, unwritable_directory
-from ..comm.mpi import MPI
+from ..comm.mpi import MPI, library_name, library_version
 from ..launch.environment import rank_layout, under_mpi_launcher
 from ..launch.launchers import find_mpiexec
 
@@ -195,8 +195,8 @@ def machine_info(comm, **extra):
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         "cpu_model": cpu_model(),
-        "mpi_library": " ".join(MPI.Get_library_version().splitlines()[0].split()),
-        "mpi_library_version": MPI.Get_library_version().strip(),
+        "mpi_library": library_name(),
+        "mpi_library_version": library_version(),
         "mpi_standard": "%d.%d" % MPI.Get_version(),
         "python": platform.python_version(),
         "numpy": np.__version__,

@@ -14,7 +14,7 @@ import numba
 from .._version import __version__
 from ..comm import init
 from ..comm.faults import fault_tolerance_status
-from ..comm.mpi import MPI
+from ..comm.mpi import MPI, library_name
 from ..comm.threads import available_cores
 
 __all__ = ["collect_info", "rank_layout", "run_info"]
@@ -75,7 +75,7 @@ def collect_info(ctx):
         "python": f"{platform.python_version()} ({sys.executable})",
         "numpy": _version("numpy"),
         "mpi4py": _version("mpi4py"),
-        "mpi_library": " ".join(MPI.Get_library_version().strip().splitlines()[0].split()),
+        "mpi_library": library_name(),
         "mpi_standard": "{}.{}".format(*MPI.Get_version()),
         "mpi_thread_level": thread_levels.get(MPI.Query_thread(), "unknown"),
         "cuda_aware_mpi": ctx.cuda_aware,

@@ -10,7 +10,8 @@ attribute lookup loads the real module; mpi4py's settings are never changed.
 import sys
 import types
 
-__all__ = ["MPI", "load_mpi", "load_pkl5", "mpi_is_loaded", "world_rank"]
+__all__ = ["MPI", "load_mpi", "load_pkl5", "mpi_is_loaded", "world_rank", "library_version",
+           "library_name"]
 
 
 def load_mpi():
@@ -29,6 +30,17 @@ def load_pkl5():
 def mpi_is_loaded():
     """Whether ``mpi4py.MPI`` has been imported, by hpcdist or by the user."""
     return "mpi4py.MPI" in sys.modules
+
+
+def library_version():
+    """``MPI_Get_library_version``'s text, without the NUL bytes Open MPI ends it with."""
+    return MPI.Get_library_version().replace("\x00", "").strip()
+
+
+def library_name():
+    """The first line of :func:`library_version`, its spaces collapsed (``"Open MPI v5.0.11,
+    ..."``, ``"MPICH Version: 4.3.0"``)."""
+    return " ".join(library_version().splitlines()[0].split())
 
 
 def world_rank():

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from tests.helpers import subprocess_env
+from tests.resilient.ulfm import VENV, needs_ulfm
 
 BIN = os.path.dirname(sys.executable)
 HPCDIST = os.path.join(BIN, "hpcdist")
@@ -23,6 +24,15 @@ def test_info_reports_versions_and_mpi_library():
     for label in ("hpcdist", "numpy", "mpi4py", "mpi_library", "cuda_aware_mpi",
                   "numba threading_layer", "h5py parallel", "cupy"):
         assert label in completed.stdout
+
+
+@needs_ulfm
+def test_info_names_open_mpi_without_its_nul_byte():
+    # Open MPI ends its library version text with a NUL byte, which went into the report
+    completed = _run([str(VENV / "bin" / "hpcdist"), "info"])
+    assert completed.returncode == 0, completed.stderr
+    line = next(line for line in completed.stdout.splitlines() if line.startswith("mpi_library"))
+    assert line.split(None, 1)[1].startswith("Open MPI v5") and "\x00" not in line, repr(line)
 
 
 def test_info_json_under_mpiexec_lists_every_rank():

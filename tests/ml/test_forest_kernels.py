@@ -4,6 +4,7 @@ import math
 import numpy as np
 import pytest
 
+from hpcdist._numba import njit
 from hpcdist.data import make_classification
 from hpcdist.ml import RandomForestClassifier
 from hpcdist.ml.forest import Forest
@@ -37,6 +38,34 @@ from hpcdist.ml.forest._subtree_kernels import (
     grow_subtrees,
 )
 from hpcdist.ml.forest.tree import ForestBuilder
+
+# The helpers that only kernels call have no entry point for Python: the tests call them
+# from these kernels.
+
+
+@njit
+def _best_threshold(cbins, cstats, k, total, criterion, min_leaf, left, right, best_left):
+    return best_threshold(cbins, cstats, k, total, criterion, min_leaf, left, right, best_left)
+
+
+@njit
+def _bootstrap_weight(seed, tree, row):
+    return bootstrap_weight(seed, tree, row)
+
+
+@njit
+def _own_rows(Xb, target, rows, weights, lo, hi):
+    return _copy_rows(Xb, target, rows, weights, lo, hi)
+
+
+@njit
+def _histograms_of_chunk(own, lo, hi, chunk, size, max_bins, D, regression, hist, bits):
+    _chunk_histograms(own, lo, hi, chunk, size, max_bins, D, regression, hist, bits)
+
+
+@njit
+def _bins_of_feature(hist, s, bits, tracked, max_bins, D, regression, cbins, cstats):
+    return _feature_bins(hist, s, bits, tracked, max_bins, D, regression, cbins, cstats)
 
 
 def _settings(n_bins, channels, criterion, max_features=1, max_depth=100, min_split=2,
@@ -123,8 +152,8 @@ def test_best_threshold_equals_the_running_loop(criterion, min_leaf):
         expected = _reference_threshold(cbins, cstats.copy(), total, code, min_leaf)
         D = cstats.shape[1]
         left, right, best_left = (np.zeros(D, np.int64) for _ in range(3))
-        score, b = best_threshold(cbins, cstats, k, total, code, min_leaf, left, right,
-                                  best_left)
+        score, b = _best_threshold(cbins, cstats, k, total, code, min_leaf, left, right,
+                                   best_left)
         assert (score, b) == expected[:2] or (score == -np.inf and expected[0] == -np.inf)
         if b >= 0:
             np.testing.assert_array_equal(best_left, expected[2])
@@ -146,7 +175,7 @@ def test_bootstrap_weights_are_poisson_and_per_row():
     bootstrap_weights(np.uint64(42), trees[1:2], subset, part)
     np.testing.assert_array_equal(part[0], out[1, subset])
     # the same weights as the one-row form that out-of-bag prediction uses
-    assert [bootstrap_weight(np.uint64(42), 5, np.uint64(r)) for r in subset] == \
+    assert [_bootstrap_weight(np.uint64(42), 5, np.uint64(r)) for r in subset] == \
         out[2, subset].tolist()
 
 
@@ -295,18 +324,18 @@ def test_chunk_histograms_of_small_and_large_nodes_match_numpy(n_rows):
     Xb = rng.integers(5, 40, size=(n_rows, n_features)).astype(np.uint8)  # bins 0-4 unused
     target = rng.integers(0, D, size=n_rows).astype(np.int64)
     weights = rng.integers(1, 4, size=n_rows).astype(np.uint8)
-    own = _copy_rows(Xb, target, np.arange(n_rows, dtype=np.int64), weights, 0, n_rows)
+    own = _own_rows(Xb, target, np.arange(n_rows, dtype=np.int64), weights, 0, n_rows)
     chunk = np.array([6, 0, 3], dtype=np.int64)
     hist = np.zeros(len(chunk) * max_bins * D, dtype=np.int64)
     bits = np.zeros(len(chunk) * 4, np.uint64)
-    _chunk_histograms(own, 0, n_rows, chunk, len(chunk), max_bins, D, False, hist, bits)
+    _histograms_of_chunk(own, 0, n_rows, chunk, len(chunk), max_bins, D, False, hist, bits)
     for s, f in enumerate(chunk):
         expected = np.zeros((max_bins, D), dtype=np.int64)
         np.add.at(expected, (Xb[:, f], target), weights)
         occupied = np.flatnonzero(expected.any(axis=1))
         cbins, cstats = np.empty(max_bins, np.int64), np.empty((max_bins, D), np.int64)
-        k = _feature_bins(hist, s, bits, n_rows < TRACKED_ROWS, max_bins, D, False, cbins,
-                          cstats)
+        k = _bins_of_feature(hist, s, bits, n_rows < TRACKED_ROWS, max_bins, D, False, cbins,
+                             cstats)
         np.testing.assert_array_equal(cbins[:k], occupied)
         np.testing.assert_array_equal(cstats[:k], expected[occupied])
     assert not hist.any() and not bits.any()
@@ -381,7 +410,7 @@ def test_out_of_bag_sums_in_blocks_equal_a_plain_walk(block):
     expected_counts = np.zeros(len(rows), dtype=np.int64)
     for i, row in enumerate(rows):
         for t in range(forest.n_trees):
-            if bootstrapped[t] and bootstrap_weight(seed, t, np.uint64(global_index[i])) == 0:
+            if bootstrapped[t] and _bootstrap_weight(seed, t, np.uint64(global_index[i])) == 0:
                 expected[i] += forest.value[_plain_leaf(forest, t, row)]
                 expected_counts[i] += 1
     assert expected_counts.sum() > len(rows)  # about 8 trees x e**-1 a row

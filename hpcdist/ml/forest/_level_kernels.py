@@ -11,7 +11,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..._numba import njit, prange
-from ._kernel_flags import EXACT, EXACT_PARALLEL
+from ._kernel_flags import EXACT_PARALLEL, HELPER
 from ._split_kernels import (
     SQUARED_ERROR,
     best_threshold,
@@ -38,7 +38,7 @@ NodeSplits = namedtuple("NodeSplits", ["feature", "bin", "score", "decrease", "l
 # a namedtuple's arrays directly in a prange body are lost (Numba's bugs
 # github.com/numba/numba/issues/5872 and /7135).
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _add_node_rows(Xb, target, weights, rows, node_lo, node_hi, node_tree, k, layout, settings,
                    hist):
     """Add node ``k``'s rows to its histograms."""
@@ -72,7 +72,7 @@ def build_histograms(Xb, target, weights, rows, node_lo, node_hi, node_tree, lay
                        settings, hist)
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _node_total(hist, layout, k, n_bins, total):
     """Node ``k``'s stats: the sum of the bins of its first histogram (zero without one)."""
     D = total.shape[0]
@@ -85,7 +85,7 @@ def _node_total(hist, layout, k, n_bins, total):
                 total[c] += hist[layout.offsets[j] + b * D + c]
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _evaluate_node(hist, layout, k, settings, first_only, out):
     """Node ``k``'s best split (see :func:`evaluate_nodes`)."""
     D = settings.channels

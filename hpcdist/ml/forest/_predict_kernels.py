@@ -1,9 +1,9 @@
 """Kernels of prediction: leaf values averaged over trees (:mod:`.tree`), out-of-bag sums."""
 import numpy as np
 
-from ..._numba import njit, prange
+from ..._numba import in_threads, njit
 from ._hash_kernels import bootstrap_weight
-from ._kernel_flags import EXACT, EXACT_PARALLEL
+from ._kernel_flags import EXACT, HELPER
 
 __all__ = ["LANES", "forest_mean_values", "oob_sums"]
 
@@ -12,7 +12,7 @@ __all__ = ["LANES", "forest_mean_values", "oob_sums"]
 LANES = 8
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _leaves_of(rows, lo, hi, tree_base, links, thresholds, node):
     """Leaves of rows ``lo:hi`` (at most :data:`LANES`) in one tree, into ``node``."""
     for j in range(hi - lo):
@@ -31,7 +31,6 @@ def _leaves_of(rows, lo, hi, tree_base, links, thresholds, node):
                     node[j] = tree_base + (link >> 32)
 
 
-@njit(**EXACT_PARALLEL)
 def forest_mean_values(rows, tree_offsets, links, thresholds, value, block, out):
     """``out[i]`` = the mean over trees of the value of row ``i``'s leaf (trees in order).
 
@@ -39,28 +38,13 @@ def forest_mean_values(rows, tree_offsets, links, thresholds, value, block, out)
     child is ``n + 1``, trees being in preorder), -1 at leaves; a row goes
     left when ``rows[i, feature] <= thresholds[n]``: raw values against
     float thresholds, or bins against bin thresholds. Blocks of ``block``
-    rows in parallel; within a block, tree after tree, so that a tree's
-    nodes are reused from cache by many rows.
+    rows in parallel (:func:`~hpcdist._numba.in_threads`); within a block,
+    tree after tree, so that a tree's nodes are reused from cache by many rows.
     """
-    n_rows, n_values = rows.shape[0], value.shape[1]
-    n_trees = tree_offsets.shape[0] - 1
-    for b in prange((n_rows + block - 1) // block):
-        start, stop = b * block, min(n_rows, (b + 1) * block)
-        node = np.empty(LANES, dtype=np.int64)
-        out[start:stop, :] = 0.0
-        for t in range(n_trees):
-            for lo in range(start, stop, LANES):
-                hi = min(stop, lo + LANES)
-                _leaves_of(rows, lo, hi, tree_offsets[t], links, thresholds, node)
-                for j in range(hi - lo):
-                    for c in range(n_values):
-                        out[lo + j, c] += value[node[j], c]
-        for i in range(start, stop):
-            for c in range(n_values):
-                out[i, c] = out[i, c] / n_trees
+    in_threads(_mean_value_blocks, _n_blocks(rows.shape[0], block), rows, tree_offsets, links,
+               thresholds, value, block, out)
 
 
-@njit(**EXACT_PARALLEL)
 def oob_sums(rows, global_index, seed, trees, bootstrapped, tree_offsets, links, thresholds,
              value, block, out, n_out):
     """Sum of the leaf values of the trees whose bootstrap left row ``i`` out (and their number).
@@ -71,19 +55,56 @@ def oob_sums(rows, global_index, seed, trees, bootstrapped, tree_offsets, links,
     row's sum adds its trees in order. Trees with ``bootstrapped[t] == 0``
     saw every row (no row is out of their bag).
     """
+    in_threads(_oob_sum_blocks, _n_blocks(rows.shape[0], block), rows, global_index, seed, trees,
+               bootstrapped, tree_offsets, links, thresholds, value, block, out, n_out)
+
+
+def _n_blocks(n_rows, block):
+    return (n_rows + block - 1) // block
+
+
+@njit(**EXACT)
+def _mean_value_blocks(rows, tree_offsets, links, thresholds, value, block, out, first, stop):
+    """Blocks ``first:stop`` of :func:`forest_mean_values`."""
+    n_rows, n_values = rows.shape[0], value.shape[1]
+    n_trees = tree_offsets.shape[0] - 1
+    node = np.empty(LANES, dtype=np.int64)
+    for b in range(first, stop):
+        start, end = b * block, min(n_rows, (b + 1) * block)
+        for i in range(start, end):  # loops, not slices: less to compile
+            for c in range(n_values):
+                out[i, c] = 0.0
+        for t in range(n_trees):
+            for lo in range(start, end, LANES):
+                hi = min(end, lo + LANES)
+                _leaves_of(rows, lo, hi, tree_offsets[t], links, thresholds, node)
+                for j in range(hi - lo):
+                    for c in range(n_values):
+                        out[lo + j, c] += value[node[j], c]
+        for i in range(start, end):
+            for c in range(n_values):
+                out[i, c] = out[i, c] / n_trees
+
+
+@njit(**EXACT)
+def _oob_sum_blocks(rows, global_index, seed, trees, bootstrapped, tree_offsets, links,
+                    thresholds, value, block, out, n_out, first, stop):
+    """Blocks ``first:stop`` of :func:`oob_sums`."""
     n_rows = rows.shape[0]
-    for b in prange((n_rows + block - 1) // block):
-        start, stop = b * block, min(n_rows, (b + 1) * block)
-        node = np.empty(LANES, dtype=np.int64)
-        picked = np.empty(LANES, dtype=np.int64)
-        lanes = np.empty((LANES, rows.shape[1]), dtype=rows.dtype)
-        out[start:stop, :] = 0.0
-        n_out[start:stop] = 0
+    node = np.empty(LANES, dtype=np.int64)
+    picked = np.empty(LANES, dtype=np.int64)
+    lanes = np.empty((LANES, rows.shape[1]), dtype=rows.dtype)
+    for b in range(first, stop):
+        start, end = b * block, min(n_rows, (b + 1) * block)
+        for i in range(start, end):
+            for c in range(out.shape[1]):
+                out[i, c] = 0.0
+            n_out[i] = 0
         for t in range(tree_offsets.shape[0] - 1):
             if bootstrapped[t] == 0:
                 continue
             k = 0
-            for i in range(start, stop):
+            for i in range(start, end):
                 if bootstrap_weight(seed, trees[t], np.uint64(global_index[i])) != 0:
                     continue
                 picked[k] = i
@@ -99,7 +120,7 @@ def oob_sums(rows, global_index, seed, trees, bootstrapped, tree_offsets, links,
                                  node, out, n_out)
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _add_leaf_values(lanes, picked, k, tree_base, links, thresholds, value, node, out, n_out):
     """Add the leaf values of the ``k`` rows in ``lanes`` (rows ``picked``) in one tree to
     their sums and counts."""

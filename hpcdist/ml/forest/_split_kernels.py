@@ -22,7 +22,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..._numba import njit
-from ._kernel_flags import EXACT
+from ._kernel_flags import HELPER
 
 __all__ = ["CRITERIA", "SQUARED_ERROR", "SplitSettings", "stats_weight", "impurity_decrease",
            "best_threshold", "compact_histogram"]
@@ -40,7 +40,7 @@ SplitSettings = namedtuple("SplitSettings", ["n_bins", "max_bins", "max_features
                                              "criterion", "max_depth", "min_split", "min_leaf"])
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def stats_weight(stats, regression):
     """The (bootstrap-weighted) number of rows behind ``stats``."""
     if regression:
@@ -51,7 +51,7 @@ def stats_weight(stats, regression):
     return total
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _side_score(counts, weight, criterion):
     """Gini: sum(n_c^2) / W; entropy: sum(n_c log(n_c / W)) (higher is purer)."""
     w = float(weight)
@@ -69,7 +69,7 @@ def _side_score(counts, weight, criterion):
     return score
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _split_score(left, total, wl, wr, w, criterion, right):
     """The proxy of a split that the search maximises (see :func:`impurity_decrease`)."""
     if criterion == SQUARED_ERROR:
@@ -80,7 +80,7 @@ def _split_score(left, total, wl, wr, w, criterion, right):
     return _side_score(left, wl, criterion) + _side_score(right, wr, criterion)
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def impurity_decrease(score, total, w, criterion):
     """Weighted impurity decrease W_t i_t - W_l i_l - W_r i_r of a split with ``score``."""
     if criterion == SQUARED_ERROR:
@@ -89,7 +89,7 @@ def impurity_decrease(score, total, w, criterion):
     return value if value > 0.0 else 0.0
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def best_threshold(cbins, cstats, k, total, criterion, min_leaf, left, right, best_left):
     """Best threshold of one feature from its ``k`` occupied bins (ascending).
 
@@ -148,7 +148,7 @@ def best_threshold(cbins, cstats, k, total, criterion, min_leaf, left, right, be
     return best, cbins[best_i]
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def compact_histogram(hist, base, lo, hi, D, regression, cbins, cstats):
     """The occupied bins ``lo..hi`` of a dense histogram at ``hist[base:]``; returns their count."""
     k = 0

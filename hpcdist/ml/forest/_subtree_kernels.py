@@ -12,13 +12,12 @@ are ranked by the functions that level-wise growth uses too
 (:mod:`._split_kernels`), so either path splits a node the same way.
 """
 from collections import namedtuple
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..._numba import njit, num_threads
-from ._hash_kernels import child_key, draw_feature
-from ._kernel_flags import EXACT
+from ..._numba import in_threads, njit
+from ._hash_kernels import LEFT, RIGHT, child_key, draw_feature
+from ._kernel_flags import EXACT, HELPER, INLINED
 from ._split_kernels import (
     SQUARED_ERROR,
     best_threshold,
@@ -44,6 +43,9 @@ _DE_BRUIJN = np.array([0, 47, 1, 56, 48, 27, 2, 60, 57, 49, 41, 37, 28, 16, 3, 6
                        15, 53, 34, 51, 20, 43, 31, 22, 10, 45, 25, 39, 14, 33, 19, 30, 9, 24, 13,
                        18, 8, 12, 7, 6, 5, 63], dtype=np.int64)
 _DE_BRUIJN_MAGIC = np.uint64(0x03F79D71B4CB0A89)
+# int64 constants where an int literal would compile the helper it is passed to once more
+_ZERO = np.int64(0)
+_NO_PARENT = np.int64(-1)
 
 #: The subtrees to grow (int64 arrays but ``key``, uint64): subtree ``t`` owns
 #: ``rows[lo[t]:hi[t]]``, its root has key ``key[t]`` and depth ``depth[t]``, and its nodes
@@ -83,7 +85,7 @@ def new_subtree_nodes(total, channels):
                         np.empty(total, dtype=np.float64))
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _new_rows(m, n_features):
     """A :data:`_Rows` for ``m`` rows, padded to whole 64-bit words (a swap moves a few
     words, not every byte); the padding is zero."""
@@ -93,7 +95,7 @@ def _new_rows(m, n_features):
                  np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64))
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _put_row(own, r, Xb, target, i, weight):
     """Row ``i`` of ``Xb`` and ``target`` with ``weight`` as row ``r`` of ``own``."""
     for f in range(Xb.shape[1]):
@@ -102,7 +104,7 @@ def _put_row(own, r, Xb, target, i, weight):
     own.weight[r] = weight
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _copy_rows(Xb, target, rows, weights, lo, hi):
     """The rows ``rows[lo:hi]`` with weights ``weights[lo:hi]``, as a private :data:`_Rows`."""
     own = _new_rows(hi - lo, Xb.shape[1])
@@ -111,7 +113,7 @@ def _copy_rows(Xb, target, rows, weights, lo, hi):
     return own
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _copy_in_bag(Xb, target, weights, m):
     """The ``m`` rows of nonzero ``weights`` (one per row of ``Xb``), as a private
     :data:`_Rows`."""
@@ -124,7 +126,7 @@ def _copy_in_bag(Xb, target, weights, m):
     return own
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _root_stack(own, key, depth, max_depth, D, regression):
     """A :data:`_Stack` holding the root (key ``key``, depth ``depth``) of the subtree of
     rows ``own``, with room for the most nodes it can wait with (one a level, and the
@@ -134,7 +136,7 @@ def _root_stack(own, key, depth, max_depth, D, regression):
     stack = _Stack(np.empty(capacity, dtype=np.int64), np.empty(capacity, dtype=np.int64),
                    np.empty(capacity, dtype=np.int64), np.empty(capacity, dtype=np.uint64),
                    np.empty(capacity, dtype=np.int64), np.zeros((capacity, D), dtype=np.int64))
-    _push(stack, 0, 0, m, depth, key, -1)
+    _push(stack, _ZERO, _ZERO, m, depth, key, _NO_PARENT)
     for r in range(m):
         if regression:
             stack.stats[0, 0] += own.weight[r] * own.target[r]
@@ -144,7 +146,7 @@ def _root_stack(own, key, depth, max_depth, D, regression):
     return stack
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _new_scratch(settings):
     D, max_bins = settings.channels, settings.max_bins
     return _Scratch(np.empty(settings.n_bins.shape[0], dtype=np.int64),
@@ -161,7 +163,7 @@ def _new_scratch(settings):
 # The helpers called per feature take plain arrays: a record passed to a function that is
 # not inlined is copied field by field at every call, which showed in the time of a fit.
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _draw_chunk(key, j, max_features, order, chunk):
     """Draw the node's next features ``j, j + 1, ...`` into ``chunk``; returns how many.
 
@@ -175,7 +177,7 @@ def _draw_chunk(key, j, max_features, order, chunk):
     return size
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _chunk_histograms(rows, lo, hi, chunk, size, max_bins, D, regression, hist, bits):
     """Dense histograms of features ``chunk[:size]`` over rows ``lo:hi`` in one pass.
 
@@ -210,7 +212,7 @@ def _chunk_histograms(rows, lo, hi, chunk, size, max_bins, D, regression, hist, 
                 hist[at + y] += w
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _feature_bins(hist, s, bits, tracked, max_bins, D, regression, cbins, cstats):
     """Feature ``s``'s occupied bins (weight > 0) of a chunk filled by
     :func:`_chunk_histograms`, in ascending order with their stats; returns their count
@@ -244,7 +246,7 @@ def _feature_bins(hist, s, bits, tracked, max_bins, D, regression, cbins, cstats
     return k
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _sorted_bins(rows, lo, hi, f, D, regression, keys, cbins, cstats):
     """Occupied bins of feature ``f`` over the few rows ``lo:hi`` (insertion sort by bin)."""
     m = hi - lo
@@ -275,7 +277,7 @@ def _sorted_bins(rows, lo, hi, f, D, regression, keys, cbins, cstats):
     return k
 
 
-@njit(**EXACT)
+@njit(**INLINED)
 def _best_split(rows, lo, hi, key, total, settings, scratch, best_left):
     """Best split of the node of rows ``lo:hi``, key ``key`` and stats ``total``.
 
@@ -298,7 +300,7 @@ def _best_split(rows, lo, hi, key, total, settings, scratch, best_left):
     found = False
     dense = hi - lo > SMALL_NODE_ROWS
     tracked = hi - lo < TRACKED_ROWS
-    j = 0
+    j = _ZERO
     while j < n_features and not (found and j >= max_features):
         size = _draw_chunk(key, j, max_features, order, chunk)
         if dense:
@@ -332,7 +334,7 @@ def _best_split(rows, lo, hi, key, total, settings, scratch, best_left):
 
 # -- the subtree ---------------------------------------------------------------------------
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _is_leaf(total, depth, settings):
     """The stopping rules that need no split search: depth, too few rows, a single class."""
     regression = settings.criterion == SQUARED_ERROR
@@ -348,7 +350,7 @@ def _is_leaf(total, depth, settings):
     return classes <= 1
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _record_leaf(nodes, node, base, parent, stats):
     """Write ``node`` as a leaf with ``stats``; a right child is linked from ``parent`` >= 0."""
     if parent >= 0:
@@ -361,7 +363,7 @@ def _record_leaf(nodes, node, base, parent, stats):
     nodes.decrease[node] = 0.0
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _partition_rows(rows, lo, hi, feature, threshold):
     """Reorder rows ``lo:hi``, those with ``bin <= threshold`` first; returns where they end."""
     i = lo
@@ -378,7 +380,7 @@ def _partition_rows(rows, lo, hi, feature, threshold):
     return i
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _push(stack, top, lo, hi, depth, key, parent):
     """Put a node on the stack (its stats are the caller's to fill); returns the new top."""
     stack.lo[top] = lo
@@ -389,7 +391,7 @@ def _push(stack, top, lo, hi, depth, key, parent):
     return top + 1
 
 
-@njit(**EXACT)
+@njit(**HELPER)
 def _push_children(stack, top, node, cut, total, left_stats):
     """Replace the split node on top of the stack by its children.
 
@@ -397,15 +399,15 @@ def _push_children(stack, top, node, cut, total, left_stats):
     (rows ``lo:cut``) is grown next: nodes come out in preorder.
     """
     lo, hi, depth, key = stack.lo[top], stack.hi[top], stack.depth[top], stack.key[top]
-    _push(stack, top, cut, hi, depth + 1, child_key(key, True), node)
-    _push(stack, top + 1, lo, cut, depth + 1, child_key(key, False), -1)
+    _push(stack, top, cut, hi, depth + 1, child_key(key, RIGHT), node)
+    _push(stack, top + 1, lo, cut, depth + 1, child_key(key, LEFT), _NO_PARENT)
     for c in range(total.shape[0]):
         stack.stats[top, c] = total[c] - left_stats[c]
         stack.stats[top + 1, c] = left_stats[c]
     return top + 2
 
 
-@njit(**EXACT)
+@njit(**INLINED)
 def _grow_rows(own, key, depth, base, settings, nodes):
     """Grow the subtree of the private rows ``own`` (root key ``key`` at depth ``depth``)
     depth first into ``nodes`` from ``base`` on; returns its number of nodes."""
@@ -457,24 +459,6 @@ def _grow_whole_range(Xb, target, weights, sizes, keys, base, settings, nodes, c
         count[t] = _grow_rows(own, keys[t], 0, base[t], settings, nodes)
 
 
-def _in_threads(kernel, n_items, *args):
-    """Run ``kernel(*args, first, stop)`` over ``0:n_items`` in contiguous equal parts, one
-    per Numba thread (:func:`~hpcdist._numba.num_threads`), as a ``prange`` splits a loop.
-
-    The kernels release the GIL. Threads here instead of a ``prange`` loop spare
-    compiling the tree grower a second time as a parallel region's body.
-    """
-    workers = max(1, min(num_threads(), n_items))
-    bounds = [n_items * w // workers for w in range(workers + 1)]
-    if workers == 1:
-        kernel(*args, 0, n_items)
-        return
-    with ThreadPoolExecutor(workers) as pool:
-        for done in [pool.submit(kernel, *args, bounds[w], bounds[w + 1])
-                     for w in range(workers)]:
-            done.result()
-
-
 def grow_whole_trees(Xb, target, weights, sizes, keys, base, settings, nodes, count):
     """Grow whole trees from every row (parallel over trees).
 
@@ -482,7 +466,7 @@ def grow_whole_trees(Xb, target, weights, sizes, keys, base, settings, nodes, co
     (uint8, one per row of ``Xb``), its root has key ``keys[t]``, and its
     nodes go to ``nodes`` from ``base[t]`` on; ``count[t]`` receives their number.
     """
-    _in_threads(_grow_whole_range, weights.shape[0], Xb, target, weights, sizes, keys, base,
+    in_threads(_grow_whole_range, weights.shape[0], Xb, target, weights, sizes, keys, base,
                 settings, nodes, count)
 
 
@@ -506,5 +490,5 @@ def grow_subtrees(Xb, target, rows, weights, tasks, settings, nodes, count):
 
     ``rows`` and ``weights`` are read only.
     """
-    _in_threads(_grow_subtree_range, tasks.lo.shape[0], Xb, target, rows, weights, tasks,
+    in_threads(_grow_subtree_range, tasks.lo.shape[0], Xb, target, rows, weights, tasks,
                 settings, nodes, count)

@@ -13,6 +13,11 @@ Parts of the report:
     :meth:`ShardedDataParallel.memory_stats` per stage beside DDP's (its
     parameters, gradient buckets and Adam moments), the largest rank's, and
     the ratios to DDP.
+``state_bytes_mixed_precision``
+    The same in float16 with :class:`hpcdist.nn.amp.MixedPrecision` (float32
+    masters, counted as optimizer state, and float32 unscaled gradients,
+    counted as gradients): under DDP every rank holds all of them, under
+    sharding each its rows.
 ``peak_rss``
     Peak resident memory per rank (the kernel's high-water mark, reset before
     each case) of building and training an MLP of about 64 M float32
@@ -34,6 +39,7 @@ Parts of the report:
     FSDP does not run on gloo and CPU, the report gives its error).
 """
 
+import functools
 import gc
 import statistics
 import sys
@@ -45,6 +51,8 @@ import numpy as np
 from .. import nn
 from ..comm import init
 from ..comm.mpi import MPI
+from ..exceptions import InvalidStateError
+from ..nn.amp import MixedPrecision
 from ..parallel import DistributedDataParallel, ShardedDataParallel
 from .common import (
     MIB,
@@ -87,6 +95,7 @@ def _mlp(sizes, seed=0):
 
 
 def _wrap(case, model, optimizer, ctx):
+    """DDP, or ShardedDataParallel at stage ``case`` with ``optimizer`` (or MixedPrecision)."""
     if case == "ddp":
         return DistributedDataParallel(model, ctx=ctx)
     return ShardedDataParallel(model, optimizer, stage=case, ctx=ctx)
@@ -114,18 +123,41 @@ def _batch(rows, sizes, seed):
 
 
 # -- the parts --------------------------------------------------------------------------------
-def state_bytes(ctx, ctrl):
+def _float32_case(case, ctx, criterion, x, y):
+    model = _mlp(LAYER_SIZES)
+    optimizer = nn.optim.Adam(model.parameters(), lr=1e-3)
+    wrapped = _wrap(case, model, optimizer, ctx)
+    _train_step(wrapped, optimizer, criterion, x, y)
+    return _ddp_state_bytes(wrapped, optimizer) if case == "ddp" else wrapped.memory_stats()
+
+
+def _mixed_precision_case(case, ctx, criterion, x, y):
+    model = _mlp(LAYER_SIZES)
+    amp = MixedPrecision(model, functools.partial(nn.optim.Adam, lr=1e-3), init_scale=2.0 ** 8,
+                         ctx=ctx if case == "ddp" else None)
+    wrapped = _wrap(case, model, amp, ctx)
+    amp.zero_grad()
+    criterion(wrapped(x.astype(np.float16)), y)
+    wrapped.backward(amp.scale_loss_grad(criterion.backward()))
+    if not amp.step():
+        raise InvalidStateError("bench sharded: the mixed-precision step overflowed, so Adam holds "
+                           "no state to count; lower init_scale")
+    if case != "ddp":
+        return wrapped.memory_stats()
+    stats = _ddp_state_bytes(wrapped, amp.optimizer)  # its state: the moments
+    stats["gradients"] += sum(buffer.nbytes for buffer in amp._grad_buffers
+                              if buffer is not None)
+    stats["optimizer_state"] += sum(master.data.nbytes for master in amp.master_params)
+    return stats
+
+
+def state_bytes(ctx, ctrl, case_stats=_float32_case):
     """Per case, the largest rank's bytes of model state after a step, and the ratio to DDP's."""
     criterion = nn.CrossEntropyLoss()
     x, y = _batch(32, LAYER_SIZES, ctx.rank)
     result = {}
     for case in ("ddp",) + STAGES:
-        model = _mlp(LAYER_SIZES)
-        optimizer = nn.optim.Adam(model.parameters(), lr=1e-3)
-        wrapped = _wrap(case, model, optimizer, ctx)
-        _train_step(wrapped, optimizer, criterion, x, y)
-        stats = (_ddp_state_bytes(wrapped, optimizer) if case == "ddp"
-                 else wrapped.memory_stats())
+        stats = case_stats(case, ctx, criterion, x, y)
         stats["total"] = sum(stats.values())
         per_rank = ctrl.allgather(stats)
         result[str(case)] = max(per_rank, key=lambda s: s["total"])
@@ -346,6 +378,8 @@ def main(argv=None):
     report = {"benchmark": "sharded", "ranks": ctx.size}
     report["state_bytes"] = state_bytes(ctx, ctrl)
     _say(ctx, "state bytes", report["state_bytes"])
+    report["state_bytes_mixed_precision"] = state_bytes(ctx, ctrl, _mixed_precision_case)
+    _say(ctx, "state bytes, mixed precision", report["state_bytes_mixed_precision"])
     report["peak_rss"] = peak_rss(ctx, ctrl, steps=2)
     _say(ctx, "peak RSS", report["peak_rss"])
     if ctx.rank == 0:
@@ -369,6 +403,9 @@ def main(argv=None):
         report["summary"] = {
             "state_bytes_ratio_to_ddp": {f"stage {s}": report["state_bytes"][str(s)][
                 "ratio_to_ddp"] for s in STAGES},
+            "state_bytes_mixed_precision_ratio_to_ddp": {
+                f"stage {s}": report["state_bytes_mixed_precision"][str(s)]["ratio_to_ddp"]
+                for s in STAGES},
             "peak_rss_ratio_to_ddp": {f"stage {s}": report["peak_rss"][str(s)][
                 "added_mib_ratio_to_ddp"] for s in STAGES},
             "peak_rss_in_training_ratio_to_ddp": {f"stage {s}": report["peak_rss"][str(s)][

@@ -16,6 +16,16 @@ def test_state_bytes_shrink_stage_by_stage():
         assert result["3"]["total"] == result["ddp"]["total"]
 
 
+def test_state_bytes_in_mixed_precision_count_the_masters():
+    ctx = hpcdist.init()
+    result = sharded.state_bytes(ctx, ctx.comm, sharded._mixed_precision_case)
+    float32 = sharded.state_bytes(ctx, ctx.comm)
+    # float16 weights and gradients, float32 masters and unscaled gradients, Adam's moments
+    assert result["ddp"]["total"] == float32["ddp"]["total"] * 20 // 16
+    if ctx.size == 1:  # nothing to share: the same bytes as DDP
+        assert result["3"]["total"] == result["ddp"]["total"]
+
+
 def test_recomputation_reports_memory_and_time():
     result = sharded.recomputation(repetitions=1, rows=64)
     assert result["forward_memory_ratio"] < 0.5

@@ -183,16 +183,22 @@ class CheckpointManager:
                 raise InvalidArgumentTypeError(f"async_save={async_save!r} should be a bool")
             self.async_save = bool(async_save)
             self.backend = self._resolve_backend(backend)
+        self._threads = io_threads(ctx.local_size)
+        ctx.run_setup(self._set_up)
+        track(self)
+
+    def _set_up(self):
+        """The collective part of the construction: the ranks agree on the settings, the
+        directory is ready on every rank, parallel HDF5's thread has its communicator."""
+        ctx = self.ctx
         agree_config(ctx, "CheckpointManager", {
             "directory": self.directory, "max_to_keep": self.max_to_keep,
             "backend": self.backend, "async_save": self.async_save},
             fix="every rank passes the same settings (one directory on a file system all ranks "
                 "share)")
-        self._threads = io_threads(ctx.local_size)
         self._prepare_directory()
         if self.backend == "mpio" and self.async_save and ctx.size > 1:
             self._io_ctx = ctx.split(0)  # parallel HDF5's own communicator for the thread
-        track(self)
 
     def _resolve_backend(self, backend):
         parallel = h5py_is_parallel()

@@ -142,8 +142,9 @@ def add_train_parser(commands):
         run.add_argument("--fault-tolerant", nargs="?", const="shrink", default=None,
                          choices=FAULT_TOLERANT_MODES, metavar="{shrink,respawn}",
                          help="survive a lost rank: the survivors take over its rows and "
-                              "finish from the last commit (mode shrink; respawn is not "
-                              "available in this version; needs Open MPI 5 launched with "
+                              "finish from the last commit (mode shrink, the default), or a "
+                              "replacement process takes its rank and rows (respawn; "
+                              "needs Open MPI 5 launched with "
                               "mpirun --with-ft ulfm; -n N launches it so; on by itself under "
                               "hpcdist run --fault-tolerant); the JSON output records the "
                               "ranks lost")

@@ -7,7 +7,10 @@ checkpoint protocol instead of a checkpoint directory. When a rank is lost,
 the survivors load their rows again for the smaller job (from ``--data`` or
 the built-in generator, which makes any rank's rows), resume from the last
 commit and finish: the estimators' results do not depend on the number of
-ranks, so the fit ends as an uninterrupted one would.
+ranks, so the fit ends as an uninterrupted one would. With ``--fault-tolerant
+respawn`` a replacement process takes each lost rank's number: it runs the
+same command, loads that rank's rows and joins the fit at the last commit, so
+the job ends at its original number of ranks.
 """
 
 import numpy as np
@@ -53,7 +56,8 @@ class CommittedProgress:
 
 
 def fit_surviving_lost_ranks(fit, ctx):
-    """Call ``fit(progress)`` until it ends, again on the survivors after each lost rank.
+    """Call ``fit(progress)`` until it ends, again after each lost rank (on the survivors,
+    or with the replacements of the lost ranks).
 
     Parameters
     ----------
@@ -69,7 +73,8 @@ def fit_surviving_lost_ranks(fit, ctx):
     result : object
         What the last call of ``fit`` returned.
     ranks_lost : list of int
-        The lost ranks, numbered as at the start of the job.
+        The lost ranks, numbered as at the start of the job (replacements that
+        took a lost rank's number are not counted again).
     """
     first_rank, first_size = ctx.rank, ctx.size
     state = State(progress=None)
@@ -80,6 +85,8 @@ def fit_surviving_lost_ranks(fit, ctx):
         result = fit(progress)
         # inside run: a rank lost after the fit ended is survived too (the fit resumes
         # from its final commit)
+        if ctx.fault_tolerance == "respawn":  # replacements took the lost ranks' numbers
+            return result, sorted(set(state.ranks_lost))
         survivors = {int(rank) for rank in allgather(np.array([first_rank]), ctx=ctx)}
         return result, sorted(set(range(first_size)) - survivors)
 

@@ -11,7 +11,7 @@ import time
 import weakref
 
 from .._checks import check_int, is_integer
-from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, InvalidStateError
 from . import messages, movement, neighbors, objects, p2p, reductions, requests
 from .background import CommunicationThread
 from .calls import Call, describe
@@ -109,6 +109,12 @@ class Context:
         self._unusable = None
         # methods of objects bound to this context, called after a recovery
         self._recovery_hooks = []
+        # fault tolerance "respawn" (used on the root context): the set-ups of the objects
+        # made before hpcdist.resilient.run, in creation order, recorded until run starts;
+        # a replacement process defers them (joining: between its init and run)
+        self._setups = []
+        self._recording_setups = fault_tolerance == "respawn"
+        self._joining = False
         self._bind(comm)
         self.device, self.xp = select_device(device, self.local_rank)
         self.check = bool(check)
@@ -154,6 +160,34 @@ class Context:
         except TypeError:  # a plain function
             reference = (lambda function: lambda: function)(method)
         self._recovery_hooks.append(reference)
+
+    def run_setup(self, setup):
+        """Run ``setup()``, the set-up communication of an object bound to this context
+        (collective: every rank builds the same objects in the same order).
+
+        Without fault tolerance ``"respawn"`` this only calls ``setup()``. With
+        it, the set-ups of objects made before :func:`hpcdist.resilient.run`
+        are kept in creation order: after a respawn every rank runs them all
+        again (after the state transfer), and a replacement process, which
+        builds the same objects between its ``init`` and ``run`` while the
+        other ranks are not at that point of the script, runs them only then.
+        DDP, ``hpcdist.torch.DistributedOptimizer``, ``DistributedSampler`` and
+        ``CheckpointManager`` set up through this method.
+
+        Parameters
+        ----------
+        setup : callable
+            Called without arguments, now or (in a replacement) later; it must
+            give the same result when called again (broadcast from rank 0,
+            agreement checks).
+        """
+        root = self._fault_root
+        if root._joining:
+            root._setups.append(setup)
+            return
+        setup()
+        if root._recording_setups:
+            root._setups.append(setup)
 
     def _run_recovery_hooks(self):
         alive = []
@@ -291,6 +325,29 @@ class Context:
             thread.restart()
         self._run_recovery_hooks()
 
+    def _rebind_after_respawn(self, comm):
+        """Recovery, in place, back at the old size: take ``comm`` (survivors and
+        replacements, ranked as before the loss), end the communication thread (the
+        first set-up that asks for one makes it again, on every rank at the same
+        point), run the hooks of bound objects. Collective over ``comm``.
+
+        ``split``, ``group`` and ``graph`` children cannot follow (the replacements
+        have none): their calls raise :class:`~hpcdist.exceptions.InvalidStateError`.
+        """
+        self._bind(comm)
+        thread = self._communication_thread
+        if thread is not None:
+            thread.close()
+            self._communication_thread = None
+        for child in self._children:
+            child._mark_unusable(
+                "this context was made by split(), group() or graph() before a lost rank was "
+                "replaced, and the replacement has no such context: make it again inside the "
+                "function hpcdist.resilient.run calls")
+        self._children = []
+        self._splits = []
+        self._run_recovery_hooks()
+
     def _mark_unusable(self, reason):
         self._unusable = reason
         for comm in self._communicators():
@@ -315,6 +372,11 @@ class Context:
         if not ranks or len(set(ranks)) != len(ranks) or not all(0 <= r < self.size for r in ranks):
             raise InvalidArgumentError(f"group(ranks={ranks}): ranks must be distinct and in "
                                        f"0..{self.size - 1}, and at least one")
+        if self._fault_root._joining:
+            raise InvalidStateError(
+                "group: a replacement process cannot make a group before "
+                "hpcdist.resilient.run (the other ranks made theirs long ago); with "
+                "fault_tolerance='respawn' make it inside the function run calls")
         if self.rank not in ranks:
             return None
         members = self.comm.Get_group().Incl(ranks)
@@ -333,6 +395,11 @@ class Context:
             Ranks with the same color share a new context; None gives None.
         key : int, default=0
         """
+        if self._fault_root._joining:
+            raise InvalidStateError(
+                "split: a replacement process cannot split a context before "
+                "hpcdist.resilient.run (the other ranks made theirs long ago); with "
+                "fault_tolerance='respawn' split inside the function run calls")
         with validated_on_every_rank(self):
             color = None if color is None else check_int(color, "split: color", minimum=0,
                                                          hint=" (or None to take no part)")

@@ -20,6 +20,7 @@ from .abort import install_abort_hook
 from .context import Context
 from .faults import check_fault_tolerance, loss_seen
 from .mpi import MPI, mpi_is_loaded
+from .recovery import is_replacement, join_job, leave_job
 from .threads import limit_threads_per_rank
 from .watchdog import start_watchdog, stop_watchdog
 
@@ -82,9 +83,10 @@ def init(comm=None, *, device="auto", check=None, abort_on_error=True, fault_tol
         --fault-tolerant``). A lost rank then raises
         :class:`~hpcdist.exceptions.RankFailedError` on every survivor, and
         :func:`hpcdist.resilient.run` recovers: ``"shrink"`` goes on with the
-        survivors, ``"respawn"`` (replacements for the lost ranks) is not
-        available in this version and is refused. Default from the
-        environment variable ``HPCDIST_FAULT_TOLERANCE`` (off when unset).
+        survivors, ``"respawn"`` starts replacement processes (this process's
+        command line) that take the lost ranks' numbers; in a replacement,
+        ``init`` joins the job. Default from the environment variable
+        ``HPCDIST_FAULT_TOLERANCE`` (off when unset).
 
     Returns
     -------
@@ -118,6 +120,8 @@ def init(comm=None, *, device="auto", check=None, abort_on_error=True, fault_tol
         # errors as return codes (mpi4py raises them): a lost rank must not end the process
         comm.Set_errhandler(MPI.ERRORS_RETURN)
     timeout = stall_timeout_from_env()
+    if fault_tolerance == "respawn" and is_replacement():
+        return _join_as_replacement(device, check, abort_on_error, timeout)
     if not _AT_EXIT:  # registered after MPI loaded, so it runs before mpi4py finalizes MPI
         if fault_tolerance is not None:
             atexit.register(_finalize_after_loss)  # runs after finalize
@@ -129,6 +133,33 @@ def init(comm=None, *, device="auto", check=None, abort_on_error=True, fault_tol
     ctx = Context(comm.Dup(), device=device, check=check, fault_tolerance=fault_tolerance)
     limit_threads_per_rank(ctx.local_size)
     if abort_on_error and world_size > 1:
+        install_abort_hook()
+    _DEFAULT.append(ctx)
+    return ctx
+
+
+def _join_as_replacement(device, check, abort_on_error, timeout):
+    """``init`` in a process that replaces a lost rank: join the job (collective with the
+    survivors' recovery) and make the default context at the lost rank's number.
+
+    Its objects' set-ups wait until :func:`hpcdist.resilient.run`, where the
+    other ranks run theirs again.
+    """
+    comm = join_job()
+    try:
+        ctx = Context(comm, device=device, check=check, fault_tolerance="respawn")
+        ctx._joining = True
+        comm.Agree(1)  # every rank, survivors included, joined
+        if timeout > 0 and ctx.size > 1:
+            start_watchdog(timeout, comm, fault_tolerant=True)
+    except MPI.Exception as exc:
+        leave_job(exc)
+    if not _AT_EXIT:
+        atexit.register(_finalize_after_loss)
+        atexit.register(finalize)
+        _AT_EXIT.append(True)
+    limit_threads_per_rank(ctx.local_size)
+    if abort_on_error and ctx.size > 1:
         install_abort_hook()
     _DEFAULT.append(ctx)
     return ctx

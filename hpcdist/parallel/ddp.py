@@ -107,10 +107,10 @@ class DistributedDataParallel(Module):
         named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
         if progress_thread is None:
             progress_thread = CommunicationThread.available()
-        _verify_layout(self.ctx, named, module,
-                       {"bucket_size_mb": bucket_size_mb, "broadcast_buffers": broadcast_buffers,
-                        "compression": compression, "progress_thread": bool(progress_thread)})
-        self._broadcast_state(named)
+        self._named = named
+        self._progress_thread = bool(progress_thread)
+        self._settings = {"bucket_size_mb": bucket_size_mb, "broadcast_buffers": broadcast_buffers,
+                          "compression": compression, "progress_thread": bool(progress_thread)}
         self.buckets = assign_buckets(named, bucket_size_mb * _MEBIBYTE)
         self._where = {}
         for bucket in self.buckets:
@@ -126,9 +126,9 @@ class DistributedDataParallel(Module):
         self._sync_enabled = True
         self._next_launch = 0
         self._in_flight = []
-        self._thread = (self.ctx.communication_thread()
-                        if progress_thread and self.ctx.size > 1 else None)
+        self._thread = None
         self.ctx.on_recovery(self._after_recovery)
+        self.ctx.run_setup(self._set_up)
 
     def _after_recovery(self):
         """The context recovered from a lost rank: drop the reductions in flight then
@@ -141,6 +141,16 @@ class DistributedDataParallel(Module):
             self._thread = None
 
     # -- set-up --------------------------------------------------------------------------
+    def _set_up(self):
+        """The collective part of the construction: every rank has the same layout and
+        settings, rank 0's parameters and buffers, and the communication thread
+        (deferred in a process that replaces a lost rank, see
+        :meth:`~hpcdist.comm.context.Context.run_setup`)."""
+        _verify_layout(self.ctx, self._named, self.module, self._settings)
+        self._broadcast_state(self._named)
+        self._thread = (self.ctx.communication_thread()
+                        if self._progress_thread and self.ctx.size > 1 else None)
+
     def _broadcast_state(self, named):
         if self.ctx.size == 1:
             return

@@ -16,8 +16,10 @@ Shaped like Horovod Elastic's API::
 
 When a rank is lost, every survivor's next hpcdist call raises
 :class:`~hpcdist.exceptions.RankFailedError`; :func:`run` then recovers the
-context in place, restores the last commit (the lowest surviving rank's
-copy) on every rank, runs the reset callbacks and calls ``train`` again.
+context in place (``"shrink"``: the survivors go on; ``"respawn"``:
+replacement processes take the lost ranks' numbers), restores the last
+commit (the lowest surviving rank's copy) on every rank, runs the reset
+callbacks and calls ``train`` again.
 """
 
 from .run import run

@@ -3,24 +3,42 @@
 import functools
 
 from ..comm import get_context
-from ..comm.recovery import shrink_context
+from ..comm.recovery import recover_context, replay_setups, start_run
 from ..exceptions import InvalidArgumentTypeError, RankFailedError
 from .state import State
 
 __all__ = ["run"]
 
 
+def _restore(state, ctx):
+    """Restore the lowest committed copy on every rank, then (respawn) run the set-ups
+    of the objects made before ``run`` again."""
+    state.sync(ctx)
+    if ctx.fault_tolerance == "respawn":
+        replay_setups(ctx)
+
+
 def _recover(state, ctx):
-    """Shrink the context to the survivors and restore the lowest survivor's commit;
+    """Recover the context (shrink or respawn) and restore the lowest survivor's commit;
     a loss during either starts over with the ranks that remain."""
     while True:
-        lost = shrink_context(ctx)
+        lost = recover_context(ctx)
         state.ranks_lost.extend(lost)
         try:
-            state.sync(ctx)
+            _restore(state, ctx)
             return
         except RankFailedError:
             continue
+
+
+def _join(state, ctx):
+    """In a replacement process: receive the committed state and run the deferred
+    set-ups with the other ranks (a loss meanwhile: recover as they do)."""
+    state._committed = None  # this process's fresh values are not the job's
+    try:
+        _restore(state, ctx)
+    except RankFailedError:
+        _recover(state, ctx)
 
 
 def run(train):
@@ -28,11 +46,16 @@ def run(train):
 
     The wrapper commits ``state`` on entry when nothing is committed yet, then
     calls ``train``. On :class:`~hpcdist.exceptions.RankFailedError` every
-    survivor recovers the default context in place (with fault tolerance
-    ``"shrink"``: the survivors go on, renumbered 0..n-1 in their old order;
-    the new rank 0 takes rank 0's role), restores the last commit of the
-    lowest surviving rank, runs the state's reset callbacks and calls
-    ``train`` again. Without fault tolerance it only calls ``train``.
+    survivor recovers the default context in place, restores the last
+    commit of the lowest surviving rank, runs the state's reset callbacks and
+    calls ``train`` again. With fault tolerance ``"shrink"`` the survivors go
+    on, renumbered 0..n-1 in their old order (the new rank 0 takes rank 0's
+    role). With ``"respawn"`` replacement processes take the lost ranks'
+    numbers: each runs the script from its start, and its ``run`` receives
+    the committed state instead of committing its own; then every rank runs
+    the set-ups of the objects made before ``run`` (in creation order) and
+    the callbacks, and enters ``train`` at the same committed step. Without
+    fault tolerance it only calls ``train``.
 
     Returns
     -------
@@ -47,7 +70,10 @@ def run(train):
                                            f"argument should be a hpcdist.resilient.State, got "
                                            f"{type(state).__name__}")
         ctx = get_context()
-        if not state.committed:
+        if start_run(ctx):
+            _join(state, ctx)
+            state.on_reset()
+        elif not state.committed:
             state.commit()
         while True:
             try:

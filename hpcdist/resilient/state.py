@@ -5,7 +5,7 @@ import copy
 import numpy as np
 
 from ..comm import resolve_context
-from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError
+from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, InvalidStateError
 from ..parallel import ShardedDataParallel
 
 __all__ = ["State", "TorchState"]
@@ -137,10 +137,18 @@ class State:
                 self._values[name] = copy.deepcopy(saved)
 
     def sync(self, ctx=None):
-        """Collective: every rank takes rank 0's commit (after a recovery, the lowest
-        surviving rank's) and restores it."""
+        """Collective: every rank takes the commit of the lowest rank that holds one (after
+        a recovery, the lowest surviving rank's; a replacement process holds none) and
+        restores it; :attr:`ranks_lost` comes from that rank too."""
         ctx = resolve_context(ctx)
-        self._committed = ctx.broadcast_object(self._committed, root=0)
+        holds = self._committed is not None
+        root = int(ctx.allreduce(np.array([ctx.rank if holds else ctx.size]), op="min")[0])
+        if root == ctx.size:
+            raise InvalidStateError("State.sync: no rank holds a commit; call commit() on "
+                                    "every rank first")
+        self._committed, ranks_lost = ctx.broadcast_object(
+            (self._committed, list(self.ranks_lost)) if ctx.rank == root else None, root=root)
+        self.ranks_lost[:] = ranks_lost
         self.restore()
 
     def register_reset_callbacks(self, callbacks):

@@ -113,9 +113,11 @@ class _DistributedOptimizer:
     """The methods mixed into the user's optimizer class (see :func:`DistributedOptimizer`)."""
 
     def _setup(self, named, backward_passes_per_step, compression, op, bucket_size_mb,
-               progress_thread, ctx):
+               progress_thread, ctx, settings):
         self._ctx = ctx
-        self._thread = ctx.communication_thread() if progress_thread and ctx.size > 1 else None
+        self._progress_thread = progress_thread
+        self._settings = settings
+        self._thread = None
         self.backward_passes_per_step = backward_passes_per_step
         self._op = op
         self._compression = compression
@@ -130,6 +132,18 @@ class _DistributedOptimizer:
         self._synchronize_on_step = True
         self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for p in parameters]
         ctx.on_recovery(self._after_recovery)
+        ctx.run_setup(self._set_up_communication)
+
+    def _set_up_communication(self):
+        """The collective part of the construction: the ranks agree on the layout and
+        settings, and the communication thread starts (deferred in a process that
+        replaces a lost rank, see :meth:`~hpcdist.comm.context.Context.run_setup`)."""
+        ctx = self._ctx
+        agree_config(ctx, "DistributedOptimizer", self._settings,
+                     fix="every rank must build the same model and wrap its optimizer the same "
+                         "way")
+        self._thread = (ctx.communication_thread() if self._progress_thread and ctx.size > 1
+                        else None)
 
     def _after_recovery(self):
         """The context recovered from a lost rank: drop the reductions in flight then
@@ -293,15 +307,14 @@ def DistributedOptimizer(optimizer, named_parameters, *, backward_passes_per_ste
     ctx = resolve_context(ctx)
     if progress_thread is None:
         progress_thread = CommunicationThread.available()
-    agree_config(ctx, "DistributedOptimizer", {
+    settings = {
         **described_layouts(named), "backward_passes_per_step": backward_passes_per_step, "op": op,
         "compression": compression, "bucket_size_mb": float(bucket_size_mb),
-        "progress_thread": bool(progress_thread)},
-        fix="every rank must build the same model and wrap its optimizer the same way")
+        "progress_thread": bool(progress_thread)}
     cls = type(f"Distributed{type(optimizer).__name__}",
                (_DistributedOptimizer, type(optimizer)), {})
     distributed = cls.__new__(cls)
     distributed.__dict__.update(optimizer.__dict__)
     distributed._setup(named, backward_passes_per_step, compression, op,
-                       float(bucket_size_mb), bool(progress_thread), ctx)
+                       float(bucket_size_mb), bool(progress_thread), ctx, settings)
     return distributed

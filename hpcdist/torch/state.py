@@ -35,12 +35,17 @@ def broadcast_parameters(model_or_state_dict, root=0, *, ctx=None):
     if isinstance(params, torch.nn.Module):
         params = params.state_dict(keep_vars=True)
     entries = list(params.items()) if isinstance(params, dict) else list(params)
-    agree_config(ctx, "broadcast_parameters", described_layouts(entries),
-                 fix="every rank must build the same model (same layers, shapes and dtypes)")
-    for _, value in entries:
-        if isinstance(value, torch.Tensor):
-            broadcast(value.data if isinstance(value, torch.nn.Parameter) else value,
-                      root, ctx=ctx)
+
+    def broadcast_parameters():
+        agree_config(ctx, "broadcast_parameters", described_layouts(entries),
+                     fix="every rank must build the same model (same layers, shapes and dtypes)")
+        for _, value in entries:
+            if isinstance(value, torch.Tensor):
+                broadcast(value.data if isinstance(value, torch.nn.Parameter) else value,
+                          root, ctx=ctx)
+
+    # a process that replaces a lost rank does this with the others, in hpcdist.resilient.run
+    ctx.run_setup(broadcast_parameters)
 
 
 def broadcast_optimizer_state(optimizer, root=0, *, ctx=None):
@@ -55,8 +60,13 @@ def broadcast_optimizer_state(optimizer, root=0, *, ctx=None):
     ctx : Context, optional
     """
     ctx = resolve_context(ctx)
-    state = broadcast_object(optimizer.state_dict() if ctx.rank == root else None, root,
-                             ctx=ctx)
-    with validated_on_every_rank(ctx):
-        if ctx.rank != root:
-            optimizer.load_state_dict(state)
+
+    def broadcast_optimizer_state():
+        state = broadcast_object(optimizer.state_dict() if ctx.rank == root else None, root,
+                                 ctx=ctx)
+        with validated_on_every_rank(ctx):
+            if ctx.rank != root:
+                optimizer.load_state_dict(state)
+
+    # a process that replaces a lost rank does this with the others, in hpcdist.resilient.run
+    ctx.run_setup(broadcast_optimizer_state)

@@ -113,20 +113,26 @@ except hpcdist.InvalidArgumentError as error:
 """
 
 
-def test_refused_on_an_mpi_without_ulfm(tmp_path):
+def _ask(mode):
+    return _ASK.replace('"shrink"', repr(mode))
+
+
+@pytest.mark.parametrize("mode", ["shrink", "respawn"])
+def test_refused_on_an_mpi_without_ulfm(tmp_path, mode):
     # the environment running the tests: the MPICH wheel, or Open MPI without --with-ft
-    rc, seconds, output = run_mpi_script(_ASK, tmp_path, n=2, timeout=60,
+    rc, seconds, output = run_mpi_script(_ask(mode), tmp_path, n=2, timeout=60,
                                          OMPI_ALLOW_RUN_AS_ROOT=1,
                                          OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
     refused = messages_from(output, "REFUSED ")
     assert len(refused) == 2, output
-    assert all("needs an MPI with ULFM" in line and "--with-ft ulfm" in line
-               for line in refused), output
+    assert all(f"fault_tolerance={mode!r} needs an MPI with ULFM" in line
+               and "--with-ft ulfm" in line for line in refused), output
 
 
 @needs_ulfm
-def test_refused_under_open_mpi_without_with_ft(tmp_path):
-    rc, seconds, output = run_ulfm_job(_ASK, tmp_path, n=2, with_ft=False)
+@pytest.mark.parametrize("mode", ["shrink", "respawn"])
+def test_refused_under_open_mpi_without_with_ft(tmp_path, mode):
+    rc, seconds, output = run_ulfm_job(_ask(mode), tmp_path, n=2, with_ft=False)
     refused = messages_from(output, "REFUSED ")
     assert len(refused) == 2, output
     assert all("launched without `--with-ft ulfm`" in line for line in refused), output
@@ -153,17 +159,25 @@ def test_bad_mode_is_refused(ctx):
 
 
 _RESPAWN = """
-try:
-    hpcdist.init(fault_tolerance="respawn")
-    print("NO ERROR", flush=True)
-except hpcdist.InvalidArgumentError as error:
-    print(f"REFUSED {error}", flush=True)
+ctx = hpcdist.init(fault_tolerance="respawn")
+print(f"rank {ctx.rank} mode {ctx.fault_tolerance}", flush=True)
 """
 
 
 @needs_ulfm
-def test_respawn_is_refused_with_the_reason(tmp_path):
+def test_respawn_is_accepted_under_ulfm(tmp_path):
     rc, seconds, output = run_ulfm_job(_RESPAWN, tmp_path, n=2)
-    refused = messages_from(output, "REFUSED ")
-    assert len(refused) == 2 and all("not available in this version; use 'shrink'" in line
-                                     for line in refused), output
+    assert rc == 0, output
+    assert len(messages_from(output, "mode respawn")) == 2, output
+
+
+def test_respawn_refused_without_a_script(monkeypatch):
+    import sys
+
+    import hpcdist
+    from hpcdist.comm import faults
+
+    monkeypatch.setattr(faults, "fault_tolerance_status", lambda: (True, "ULFM"))
+    monkeypatch.setattr(sys, "argv", ["-c"])
+    with pytest.raises(hpcdist.InvalidArgumentError, match="names no script"):
+        faults.check_fault_tolerance("respawn")

@@ -5,13 +5,14 @@ Rows are split evenly at every size the job passes through (48 rows: 4, 3 and 2
 ranks), so DDP's average of the ranks' mean gradients is the full-batch gradient
 and the training is the same computation at any number of ranks. Ranks kill
 themselves (SIGKILL) at chosen steps; the survivors take over their rows in a
-reset callback.
+reset callback. With fault tolerance "respawn" replacement processes take the lost ranks'
+numbers and the job ends at its original size.
 """
 import json
 
 import pytest
 
-from tests.resilient.ulfm import lines_with, needs_ulfm, run_ulfm_job
+from tests.resilient.ulfm import messages_from, needs_ulfm, run_ulfm_job
 
 _NN_JOB = """
 import json
@@ -19,11 +20,17 @@ from hpcdist import nn
 from hpcdist.nn.optim import SGD
 from hpcdist.resilient import State, run
 
+from mpi4py import MPI
+
 KILLS = json.loads({kills!r})          # world rank -> step at whose start it dies
 STOPS = json.loads({stops!r})          # world rank -> step at whose start it stops
 STEPS, N, F = 30, 48, 5
-ctx = hpcdist.init(fault_tolerance="shrink")
-world_rank = ctx.rank
+REPLACEMENT = MPI.Comm.Get_parent() != MPI.COMM_NULL   # started to replace a lost rank
+if REPLACEMENT and {replacement_dies!r} and not os.path.exists("died-once"):
+    open("died-once", "w").close()
+    die_here()                           # lost while the respawn runs: it starts over
+ctx = hpcdist.init(fault_tolerance={mode!r})
+world_rank = -1 if REPLACEMENT else ctx.rank
 rng = np.random.default_rng(0)
 X = rng.normal(size=(N, F))
 Y = X @ rng.normal(size=(F, 1)) + 0.1 * rng.normal(size=(N, 1))
@@ -81,13 +88,20 @@ if ctx.rank == 0:
     print(f"RESULT " + json.dumps({{"steps": steps, "size": ctx.size, "diff": diff,
                                    "ranks_lost": state.ranks_lost,
                                    "world_rank": world_rank}}), flush=True)
+print(f"FINISHED rank {{ctx.rank}} step {{state.step}}", flush=True)
 """
 
 
+def _nn_job(kills, stops="{}", mode="shrink", replacement_dies=False):
+    return _NN_JOB.format(kills=json.dumps(kills), stops=stops, mode=mode,
+                          replacement_dies=replacement_dies)
+
+
 def _result(output):
-    lines = lines_with(output, "RESULT ")
-    assert len(lines) == 1, output
-    return json.loads(lines[0].split("RESULT ", 1)[1])
+    results = messages_from(output, "RESULT ")
+    assert len(results) == 1, output
+    # another rank's print may follow on the same line
+    return json.JSONDecoder().raw_decode(results[0][len("RESULT "):])[0]
 
 
 @needs_ulfm
@@ -100,8 +114,7 @@ def _result(output):
 ])
 def test_nn_training_that_loses_ranks_ends_where_one_process_ends(tmp_path, n, kills,
                                                                   survivors):
-    rc, seconds, output = run_ulfm_job(_NN_JOB.format(kills=json.dumps(kills), stops="{}"),
-                                       tmp_path, n=n, timeout=150)
+    rc, seconds, output = run_ulfm_job(_nn_job(kills), tmp_path, n=n, timeout=150)
     result = _result(output)
     assert result["steps"] == 30, output
     assert result["size"] == survivors, output
@@ -113,7 +126,7 @@ def test_nn_training_that_loses_ranks_ends_where_one_process_ends(tmp_path, n, k
 @needs_ulfm
 def test_a_stopped_rank_is_declared_failed_and_training_ends_exactly(tmp_path):
     rc, seconds, output = run_ulfm_job(
-        _NN_JOB.format(kills="{}", stops=json.dumps({"1": 6})), tmp_path, n=3, timeout=150,
+        _nn_job({}, stops=json.dumps({"1": 6})), tmp_path, n=3, timeout=150,
         HPCDIST_STALL_TIMEOUT=10)
     result = _result(output)
     assert result["steps"] == 30 and result["size"] == 2, output
@@ -128,11 +141,13 @@ import torch
 import hpcdist.torch as hvd
 from hpcdist.resilient import TorchState, run
 
+from mpi4py import MPI
+
 KILLS = json.loads({kills!r})
 STEPS, N, F = 25, 48, 5
 torch.set_num_threads(1)
-ctx = hpcdist.init(fault_tolerance="shrink")
-world_rank = ctx.rank
+ctx = hpcdist.init(fault_tolerance={mode!r})
+world_rank = -1 if MPI.Comm.Get_parent() != MPI.COMM_NULL else ctx.rank   # -1: a replacement
 generator = torch.Generator().manual_seed(0)
 X = torch.randn(N, F, generator=generator, dtype=torch.float64)
 Y = X @ torch.randn(F, 1, generator=generator, dtype=torch.float64)
@@ -187,6 +202,7 @@ if ctx.rank == 0:
     print(f"RESULT " + json.dumps({{"steps": steps, "size": ctx.size, "diff": diff,
                                    "ranks_lost": state.ranks_lost,
                                    "world_rank": world_rank}}), flush=True)
+print(f"FINISHED rank {{ctx.rank}} step {{state.step}}", flush=True)
 """
 
 
@@ -197,10 +213,62 @@ if ctx.rank == 0:
 ])
 def test_torch_training_that_loses_ranks_ends_where_one_process_ends(tmp_path, n, kills,
                                                                      survivors):
-    rc, seconds, output = run_ulfm_job(_TORCH_JOB.format(kills=json.dumps(kills)), tmp_path,
-                                       n=n, timeout=200)
+    rc, seconds, output = run_ulfm_job(_TORCH_JOB.format(kills=json.dumps(kills), mode="shrink"),
+                                       tmp_path, n=n, timeout=200)
     result = _result(output)
     assert result["steps"] == 25, output
     assert result["size"] == survivors, output
     assert result["diff"] < 1e-9, output
     assert len(result["ranks_lost"]) == n - survivors, output
+
+
+# -- respawn: replacements take the lost ranks' numbers, the job ends at its size ----------
+
+def _assert_respawned(output, n, kills):
+    result = _result(output)
+    assert result["size"] == n, output
+    assert result["diff"] < 1e-9, output
+    assert sorted(result["ranks_lost"]) == sorted(int(rank) for rank in kills), output
+    # every rank, replacements included, finished at the last step
+    finished = messages_from(output, "FINISHED rank ")
+    assert sorted(int(line.split()[2]) for line in finished) == list(range(n)), output
+    return result
+
+
+@needs_ulfm
+@pytest.mark.parametrize("n, kills", [
+    (2, {"1": 7}),
+    (3, {"1": 5}),
+    (4, {"0": 9}),                # rank 0 lost: its replacement is rank 0
+    (4, {"2": 6, "3": 6}),        # two ranks at once
+    (4, {"3": 4, "1": 12}),       # two losses, one after the other
+])
+def test_nn_training_with_replacements_ends_where_one_process_ends(tmp_path, n, kills):
+    rc, seconds, output = run_ulfm_job(_nn_job(kills, mode="respawn"), tmp_path, n=n,
+                                       timeout=300)
+    result = _assert_respawned(output, n, kills)
+    assert result["steps"] == 30, output
+
+
+@needs_ulfm
+def test_a_replacement_lost_while_joining_is_replaced_again(tmp_path):
+    # the survivors wait for a replacement to join up to the stall timeout (a replacement
+    # that dies before joining is not always reported by the MPI library)
+    rc, seconds, output = run_ulfm_job(_nn_job({"2": 5}, mode="respawn", replacement_dies=True),
+                                       tmp_path, n=3, timeout=280, HPCDIST_STALL_TIMEOUT=40)
+    assert (tmp_path / "died-once").exists(), output
+    result = _assert_respawned(output, 3, {"2": 5})
+    assert result["steps"] == 30, output
+
+
+@needs_ulfm
+@pytest.mark.parametrize("n, kills", [
+    (3, {"2": 6}),
+    (4, {"0": 3, "3": 11}),       # rank 0 lost, then another
+])
+def test_torch_training_with_replacements_ends_where_one_process_ends(tmp_path, n, kills):
+    rc, seconds, output = run_ulfm_job(_TORCH_JOB.format(kills=json.dumps(kills),
+                                                         mode="respawn"),
+                                       tmp_path, n=n, timeout=300)
+    result = _assert_respawned(output, n, kills)
+    assert result["steps"] == 25, output

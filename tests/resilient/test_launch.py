@@ -13,6 +13,7 @@ from tests.resilient.ulfm import (
     MPIRUN,
     VENV,
     lines_with,
+    messages_from,
     needs_ulfm,
     run_ulfm_job,
     venv_env,
@@ -33,6 +34,35 @@ def test_run_fault_tolerant_survives_a_lost_rank(tmp_path):
     assert all("size 2 mode shrink total 45.0 lost [2]" in line for line in done), output
     assert "--with-ft ulfm" in output, output
     assert rc == 0, output
+
+
+@needs_ulfm
+def test_run_fault_tolerant_respawn_ends_at_the_original_size(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(LOSES_RANK_2.replace("if world_rank == 2", "if not REPLACEMENT and "
+                                           "world_rank == 2").replace(
+        "from hpcdist.resilient import State, run", "from hpcdist.resilient import State, run\n"
+        "from mpi4py import MPI\nREPLACEMENT = MPI.Comm.Get_parent() != MPI.COMM_NULL"))
+    # no --launcher-args=--oversubscribe: hpcdist run gives the replacement a slot itself
+    cmd = [str(VENV / "bin" / "python"), "-m", "hpcdist.cli.main", "run", "-n", "3",
+           "--fault-tolerant", "respawn", "--", str(VENV / "bin" / "python"), str(script)]
+    rc, seconds, output = run_command(cmd, venv_env(), tmp_path, 200)
+    done = messages_from(output, "DONE ")
+    assert len(done) == 3, output
+    # 20 steps at 3 ranks (the replacement, rank 2, joined at step 5's commit)
+    assert sorted(line.split()[4] for line in done) == ["0", "1", "2"], output
+    assert all("size 3 mode respawn total 60.0 lost [2]" in line for line in done), output
+    assert "--with-ft ulfm" in output and "--oversubscribe" in output, output
+    assert rc == 0, output
+
+
+def test_respawn_launch_oversubscribes():
+    pytest.importorskip("mpi4py")
+    try:
+        options, env = fault_tolerant_launch("respawn")
+    except hpcdist.InvalidArgumentError as error:  # this environment's MPI is not Open MPI 5
+        pytest.skip(str(error))
+    assert "--oversubscribe" in options and env == {"HPCDIST_FAULT_TOLERANCE": "respawn"}
 
 
 @needs_ulfm

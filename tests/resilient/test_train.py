@@ -28,8 +28,12 @@ from hpcdist.cli.main import main
 from hpcdist.ml import _checkpointing
 
 # [rank at the start, epoch or "finish"] or null
+from mpi4py import MPI
+
 KILL = json.loads(os.environ.get("TEST_KILL", "null"))
-world_rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+# a process that replaces a lost rank (its own world rank is 0) is never killed
+world_rank = (-1 if MPI.Comm.Get_parent() != MPI.COMM_NULL
+              else int(os.environ["OMPI_COMM_WORLD_RANK"]))
 end_of_epoch = _checkpointing.FitCheckpointing.end_of_epoch
 finish = _checkpointing.FitCheckpointing.finish
 
@@ -114,6 +118,19 @@ def test_a_lost_rank_is_survived_and_the_fit_ends_as_uninterrupted(tmp_path, mod
     else:
         assert survived["epochs"] == plain["epochs"] == 6, (plain, survived)
         assert survived["test_accuracy"] > 0.5, survived
+
+
+@needs_ulfm
+@pytest.mark.parametrize("lost", [2, 0])
+def test_with_respawn_a_replacement_takes_the_lost_rank_and_its_rows(tmp_path, lost):
+    plain, _ = _train(tmp_path, "kmeans", [], name="plain")
+    survived, output = _train(tmp_path, "kmeans", ["--fault-tolerant", "respawn"],
+                              kill=[lost, 3], name="respawned")
+    assert survived["ranks"] == 3 and survived["ranks_lost"] == [lost], (survived, output)
+    assert survived["rows"] == plain["rows"] and survived["test_rows"] == plain["test_rows"]
+    assert survived["n_iter"] == plain["n_iter"] > 3, (plain, survived)
+    assert survived["inertia"] == pytest.approx(plain["inertia"], rel=1e-6)
+    assert survived["test_inertia"] == pytest.approx(plain["test_inertia"], rel=1e-6)
 
 
 def _hpcdist_train(*options):

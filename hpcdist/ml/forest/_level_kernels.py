@@ -34,6 +34,8 @@ NodeSplits = namedtuple("NodeSplits", ["feature", "bin", "score", "decrease", "l
                                        "found"])
 
 
+# A prange loop's index is typed int64 when Numba first types the kernel and uint64 in the
+# parallel region: passed on as np.int64(k), the helpers compile for one signature.
 # A prange body reaches a record's arrays only inside a function it calls: writes through
 # a namedtuple's arrays directly in a prange body are lost (Numba's bugs
 # github.com/numba/numba/issues/5872 and /7135).
@@ -68,8 +70,8 @@ def build_histograms(Xb, target, weights, rows, node_lo, node_hi, node_tree, lay
     ``node_tree[k]`` (a row of ``weights``) and fills its histograms of ``layout``.
     """
     for k in prange(node_lo.shape[0]):
-        _add_node_rows(Xb, target, weights, rows, node_lo, node_hi, node_tree, k, layout,
-                       settings, hist)
+        _add_node_rows(Xb, target, weights, rows, node_lo, node_hi, node_tree, np.int64(k),
+                       layout, settings, hist)
 
 
 @njit(**HELPER)
@@ -135,7 +137,7 @@ def evaluate_nodes(hist, layout, settings, first_only, out):
     :data:`NodeSplits`.
     """
     for k in prange(layout.feature_ptr.shape[0] - 1):
-        _evaluate_node(hist, layout, k, settings, first_only, out)
+        _evaluate_node(hist, layout, np.int64(k), settings, first_only, out)
 
 
 @njit(**EXACT_PARALLEL)

@@ -10,6 +10,8 @@ __all__ = ["LANES", "forest_mean_values", "oob_sums"]
 
 #: Rows traversed together, each one step deeper in turn: their cache misses overlap.
 LANES = 8
+# an int64 zero: an int literal passed to a helper compiles it once more
+_ZERO = np.int64(0)
 
 
 @njit(**HELPER)
@@ -103,7 +105,7 @@ def _oob_sum_blocks(rows, global_index, seed, trees, bootstrapped, tree_offsets,
         for t in range(tree_offsets.shape[0] - 1):
             if bootstrapped[t] == 0:
                 continue
-            k = 0
+            k = _ZERO
             for i in range(start, end):
                 if bootstrap_weight(seed, trees[t], np.uint64(global_index[i])) != 0:
                     continue
@@ -114,7 +116,7 @@ def _oob_sum_blocks(rows, global_index, seed, trees, bootstrapped, tree_offsets,
                 if k == LANES:
                     _add_leaf_values(lanes, picked, k, tree_offsets[t], links, thresholds,
                                      value, node, out, n_out)
-                    k = 0
+                    k = _ZERO
             if k:
                 _add_leaf_values(lanes, picked, k, tree_offsets[t], links, thresholds, value,
                                  node, out, n_out)
@@ -124,7 +126,7 @@ def _oob_sum_blocks(rows, global_index, seed, trees, bootstrapped, tree_offsets,
 def _add_leaf_values(lanes, picked, k, tree_base, links, thresholds, value, node, out, n_out):
     """Add the leaf values of the ``k`` rows in ``lanes`` (rows ``picked``) in one tree to
     their sums and counts."""
-    _leaves_of(lanes, 0, k, tree_base, links, thresholds, node)
+    _leaves_of(lanes, _ZERO, k, tree_base, links, thresholds, node)
     for j in range(k):
         for c in range(value.shape[1]):
             out[picked[j], c] += value[node[j], c]

@@ -118,7 +118,7 @@ def _copy_in_bag(Xb, target, weights, m):
     """The ``m`` rows of nonzero ``weights`` (one per row of ``Xb``), as a private
     :data:`_Rows`."""
     own = _new_rows(m, Xb.shape[1])
-    r = 0
+    r = _ZERO
     for i in range(weights.shape[0]):
         if weights[i] != 0:
             _put_row(own, r, Xb, target, i, weights[i])
@@ -456,7 +456,7 @@ def _grow_whole_range(Xb, target, weights, sizes, keys, base, settings, nodes, c
     """Grow trees ``first:stop`` whole into ``nodes`` (see :func:`grow_whole_trees`)."""
     for t in range(first, stop):
         own = _copy_in_bag(Xb, target, weights[t], sizes[t])
-        count[t] = _grow_rows(own, keys[t], 0, base[t], settings, nodes)
+        count[t] = _grow_rows(own, keys[t], _ZERO, base[t], settings, nodes)
 
 
 def grow_whole_trees(Xb, target, weights, sizes, keys, base, settings, nodes, count):

@@ -10,6 +10,11 @@ in separate jobs measured side by side in one run:
     model under :func:`hpcdist.torch.DistributedOptimizer`, each with a
     :class:`hpcdist.resilient.State` committed every step and
     :func:`hpcdist.resilient.run`; the survivors take over the lost rank's rows.
+``respawn (hpcdist.nn)``
+    The hpcdist.nn case with ``fault_tolerance="respawn"``: a replacement
+    process (the same command line) takes the lost rank's number and rows,
+    so the job goes on at ``--ranks`` ranks; it starts Python, imports
+    hpcdist, builds the model and joins at the last commit.
 ``restart (hpcdist run)``
     Today's path: ``hpcdist run --max-restarts 1`` without fault tolerance; a
     :class:`~hpcdist.checkpoint.CheckpointManager` checkpoint every
@@ -50,6 +55,7 @@ import numpy as np
 from ..checkpoint import CheckpointManager
 from ..comm import init
 from ..comm.mpi import MPI
+from ..comm.recovery import is_replacement
 from ..resilient import State, TorchState, run
 from . import common
 from .mlp import LAYER_SIZES, _HpcdistTrainer, _TorchAdapterTrainer
@@ -100,7 +106,7 @@ def _kill_if_due(args, ctx_rank_at_start, step, log):
 
 
 def _worker_resilient(args, ctx, log):
-    first_rank = ctx.rank
+    first_rank = -1 if is_replacement() else ctx.rank  # a replacement is never killed
     trainer = _trainer(ctx, args.case, args.batch)
     if args.case == "torch":
         state = TorchState(model=trainer.ddp, optimizer=trainer.optimizer, step=0)
@@ -172,7 +178,7 @@ def _worker_steady(args, ctx, log):
 def _worker(args):
     ctx = init()
     log = _Log(args.log_dir, ctx.rank)
-    if args.case in ("hpcdist", "torch"):
+    if args.case in ("hpcdist", "torch", "respawn"):
         _worker_resilient(args, ctx, log)
     elif args.case == "restart":
         _worker_restart(args, ctx, log)
@@ -214,14 +220,17 @@ def _worker_argv(args, case, log_dir, **extra):
 
 def _after_kill(events, completed, what, ranks):
     """The kill, and the first step completed by the job that went on after it: at fewer
-    ranks (shrink), or after the restarted job restored its checkpoint."""
+    ranks (shrink), past the killed rank's step with its replacement (respawn: the
+    survivors may log the step before it a moment after the kill), or after the
+    restarted job restored its checkpoint."""
     kills = [e for e in events if e["event"] == "kill"]
     if not kills:
         raise SystemExit(f"{what}: no rank was killed\n{completed.stdout[-3000:]}")
     kill = kills[0]
     restored = [e["t"] for e in events if e["event"] == "restored" and e["t"] > kill["t"]]
     after = [e for e in events if e["event"] == "step" and e["t"] > kill["t"]
-             and (e["t"] > restored[0] if restored else e["size"] < ranks)]
+             and (e["t"] > restored[0] if restored else
+                  e["step"] > kill["step"] if what == "respawn" else e["size"] < ranks)]
     if not after:
         raise SystemExit(f"{what}: no step completed after the kill\n{completed.stdout[-3000:]}")
     first = after[0]
@@ -244,7 +253,7 @@ def _measure_kill(args, case, kill_step, kill_rank):
         else:
             argv = [_mpirun(), "--with-ft", "ulfm", "--oversubscribe", "--bind-to", "none",
                     "-n", str(args.ranks), *_worker_argv(args, case, log_dir, **extra)]
-            env = {"HPCDIST_FAULT_TOLERANCE": "shrink"}
+            env = {"HPCDIST_FAULT_TOLERANCE": "respawn" if case == "respawn" else "shrink"}
         completed, _, events = _job(argv, env, log_dir)
         return _after_kill(events, completed, case, args.ranks)
 
@@ -302,7 +311,7 @@ def main(argv=None):
           f"{kill_step}", flush=True)
     cases = {}
     for name, case in (("shrink (hpcdist.nn)", "hpcdist"), ("shrink (torch)", "torch"),
-                       ("restart (hpcdist run)", "restart")):
+                       ("respawn (hpcdist.nn)", "respawn"), ("restart (hpcdist run)", "restart")):
         cases[name] = _measure_kill(args, case, kill_step, kill_rank)
         print(f"  {name:24s} {cases[name]['seconds_to_next_step']:7.3f} s to the next step, "
               f"{cases[name]['steps_lost']} steps lost, {cases[name]['ranks_after']} ranks after",
@@ -327,6 +336,12 @@ def main(argv=None):
         "shrink_torch_seconds": common.summary_entry(
             "the same with torch and DistributedOptimizer",
             cases["shrink (torch)"]["seconds_to_next_step"]),
+        "respawn_seconds": common.summary_entry(
+            "seconds from the kill to the next step back at the original ranks, respawn, "
+            "hpcdist.nn (target < 6)", cases["respawn (hpcdist.nn)"]["seconds_to_next_step"]),
+        "steps_lost_respawn": common.summary_entry(
+            "committed steps computed again after the respawn (target 0)",
+            cases["respawn (hpcdist.nn)"]["steps_lost"]),
         "restart_over_shrink": common.summary_entry(
             "restart path's seconds over shrink's (target >= 5)", _ratio(restart, shrink)),
         "steps_lost_shrink": common.summary_entry(

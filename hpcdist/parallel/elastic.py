@@ -78,6 +78,17 @@ class ElasticAveraging(ModelAveraging):
         self._options.update(alpha=self.alpha, period=self.period, aggregation=self.aggregation)
         self.center = None
         self.server = None
+        if self.ctx.fault_tolerance is not None:
+            self.ctx.on_recovery(self._after_recovery)
+
+    def _after_recovery(self):
+        """The context was recovered from a lost rank: an asynchronous center's server
+        cannot go on (the lost rank held part of it); the next step serves the center
+        (restored with the strategy's state, or this rank's) on a new one."""
+        if self.server is not None:
+            self.server._after_recovery()
+            self.server = None
+            self._buffers = None
 
     def _on_start(self):
         flats = self._buffers.pack(self.replica.arrays())

@@ -216,3 +216,51 @@ def test_parameter_server_training_goes_on_with_a_new_server(tmp_path):
     assert all("size 2 lost [2]" in line for line in done), output
     assert all(float(line.split("diff ")[1].split()[0]) < 1e-9 for line in done), output
     assert seconds < JOB_LIMIT_S, output
+
+
+_EASGD_ASYNC = """
+from hpcdist import nn
+from hpcdist.nn.optim import SGD
+from hpcdist.parallel import ElasticAveraging
+from hpcdist.resilient import State, run
+
+ctx = hpcdist.init(fault_tolerance="shrink")
+world_rank = ctx.rank
+rng = np.random.default_rng(world_rank)
+model = nn.Linear(3, 1, dtype=np.float64, random_state=0)
+optimizer = SGD(model.parameters(), lr=0.05)
+easgd = ElasticAveraging(model, optimizer, period=1, aggregation="async")
+criterion = nn.MSELoss()
+state = State(model=model, optimizer=optimizer, easgd=easgd, step=0)
+
+
+@run
+def train(state):
+    while state.step < 100:
+        if world_rank == 2 and state.step == 4:
+            die_here()
+        time.sleep(0.02)  # the survivors are still training when their services notice
+        x = rng.normal(size=(8, 3))
+        optimizer.zero_grad()
+        criterion(model(x), x.sum(axis=1, keepdims=True))
+        model.backward(criterion.backward())
+        easgd.step()                    # the center on a new server after the loss
+        state.step += 1
+        state.commit()
+
+
+train(state)
+easgd.finalize()
+weights = np.concatenate([p.data.ravel() for p in model.parameters()])
+print(f"DONE rank {ctx.rank} size {ctx.size} lost {state.ranks_lost} "
+      f"finite {bool(np.isfinite(weights).all())}", flush=True)
+"""
+
+
+@needs_ulfm
+def test_asynchronous_easgd_goes_on_with_a_new_center_server(tmp_path):
+    rc, seconds, output = run_ulfm_job(_EASGD_ASYNC, tmp_path, n=3)
+    done = messages_from(output, "DONE ")
+    assert len(done) == 2 and all("size 2 lost [2] finite True" in line
+                                  for line in done), output
+    assert seconds < JOB_LIMIT_S, output

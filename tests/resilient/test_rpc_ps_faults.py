@@ -129,18 +129,24 @@ print(f"DONE world {world_rank} rank {ctx.rank} size {ctx.size} total {total} "
 """
 
 
+def _survivors_finish(job, tmp_path, expected):
+    """Run ``job`` at 3 ranks (rank 2 dies); both survivors' ``DONE`` messages hold
+    ``expected``. Returns the job's output."""
+    rc, seconds, output = run_ulfm_job(job, tmp_path, n=3)
+    done = messages_from(output, "DONE ")
+    assert len(done) == 2 and all(expected in line for line in done), output
+    assert seconds < JOB_LIMIT_S, output
+    return output
+
+
 @needs_ulfm
 def test_rpc_serves_again_after_the_recovery(tmp_path):
-    rc, seconds, output = run_ulfm_job(_RPC_GOES_ON, tmp_path, n=3)
-    done = messages_from(output, "DONE ")
     # 5 steps at 3 ranks (0 + 1 + 2) and 15 at 2 ranks (0 + 1)
-    assert len(done) == 2, output
-    assert all(f"size 2 total {5 * 3 + 15 * 1} lost [2] after 8" in line
-               for line in done), output
+    output = _survivors_finish(_RPC_GOES_ON, tmp_path,
+                               f"size 2 total {5 * 3 + 15 * 1} lost [2] after 8")
     refused = messages_from(output, "OLD RREF REFUSED ")
     assert len(refused) == 2 and all("made before ranks were lost" in line
                                      for line in refused), output
-    assert seconds < JOB_LIMIT_S, output
 
 
 _PS_TRAINING = """
@@ -210,12 +216,9 @@ print(f"DONE rank {ctx.rank} size {ctx.size} lost {state.ranks_lost} diff {diff:
 @needs_ulfm
 def test_parameter_server_training_goes_on_with_a_new_server(tmp_path):
     # sync mode with plain SGD and rows split evenly is full-batch gradient descent
-    rc, seconds, output = run_ulfm_job(_PS_TRAINING, tmp_path, n=3)
-    done = messages_from(output, "DONE ")
-    assert len(done) == 2, output
-    assert all("size 2 lost [2]" in line for line in done), output
-    assert all(float(line.split("diff ")[1].split()[0]) < 1e-9 for line in done), output
-    assert seconds < JOB_LIMIT_S, output
+    output = _survivors_finish(_PS_TRAINING, tmp_path, "size 2 lost [2]")
+    assert all(float(line.split("diff ")[1].split()[0]) < 1e-9
+               for line in messages_from(output, "DONE ")), output
 
 
 _EASGD_ASYNC = """
@@ -259,8 +262,4 @@ print(f"DONE rank {ctx.rank} size {ctx.size} lost {state.ranks_lost} "
 
 @needs_ulfm
 def test_asynchronous_easgd_goes_on_with_a_new_center_server(tmp_path):
-    rc, seconds, output = run_ulfm_job(_EASGD_ASYNC, tmp_path, n=3)
-    done = messages_from(output, "DONE ")
-    assert len(done) == 2 and all("size 2 lost [2] finite True" in line
-                                  for line in done), output
-    assert seconds < JOB_LIMIT_S, output
+    _survivors_finish(_EASGD_ASYNC, tmp_path, "size 2 lost [2] finite True")

@@ -46,6 +46,7 @@ def _forest(cls, data, comm, **options):
     X, y = data
     model = cls(4, max_depth=6, random_state=0, comm=comm, **options).fit(X, y)
     model.predict(X)
+    model.predict(np.asfortranarray(X))  # column-major data bins with its own signature
     model.score(X, y)
     if hasattr(model, "predict_proba"):
         model.predict_proba(X)

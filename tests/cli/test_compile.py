@@ -19,6 +19,17 @@ model = KMeans(5, n_init=1, random_state=3).fit(X)
 model.predict(X); model.score(X)
 print(json.dumps(_kernel_counts()))
 """
+# a forest fit, predict and score, other sizes than the compile task's
+_FOREST_FIT = """
+import json
+from hpcdist.cli.compile import _kernel_counts
+from hpcdist.data import make_classification
+from hpcdist.ml import RandomForestClassifier
+X, y = make_classification(3000, 9, 4, random_state=1)
+model = RandomForestClassifier(6, max_depth=8, random_state=3).fit(X, y)
+model.predict(X); model.score(X, y)
+print(json.dumps(_kernel_counts()))
+"""
 
 
 def _hpcdist(argv, cache, n=None, timeout=600):
@@ -27,6 +38,14 @@ def _hpcdist(argv, cache, n=None, timeout=600):
                           capture_output=True, text=True, timeout=timeout,
                           env=subprocess_env(NUMBA_CACHE_DIR=str(cache)),
                           stdin=subprocess.DEVNULL)
+
+
+def _fit_counts(script, cache):
+    """(signatures compiled, signatures loaded) by a run of ``script`` on ``cache``."""
+    fit = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300, env=subprocess_env(NUMBA_CACHE_DIR=str(cache)))
+    assert fit.returncode == 0, fit.stderr
+    return json.loads(fit.stdout.strip().splitlines()[-1])
 
 
 def _counts(line_name, output):
@@ -49,10 +68,17 @@ def test_compile_fills_the_cache_then_a_fit_compiles_nothing(tmp_path):
     again_compiled, again_loaded = _counts("kmeans-float64", again.stdout)
     # the kernels called from Python load; those only kernels call are inside them
     assert again_compiled == 0 and 0 < again_loaded <= compiled
-    fit = subprocess.run([sys.executable, "-c", _FIT], capture_output=True, text=True,
-                         timeout=300, env=subprocess_env(NUMBA_CACHE_DIR=str(cache)))
-    assert fit.returncode == 0, fit.stderr
-    fit_compiled, fit_loaded = json.loads(fit.stdout.strip().splitlines()[-1])
+    fit_compiled, fit_loaded = _fit_counts(_FIT, cache)
+    assert fit_compiled == 0 and fit_loaded > 0
+
+
+def test_a_forest_fit_after_compile_compiles_nothing(tmp_path):
+    """The forest's kernels run on threads over ranges of rows and its helpers have no
+    entry point for Python: the kernels a fit calls are still all in the task's cache."""
+    cache = tmp_path / "cache"
+    done = _hpcdist(["compile", "--only", "forest-classifier", "-j", "1"], cache)
+    assert done.returncode == 0, done.stderr
+    fit_compiled, fit_loaded = _fit_counts(_FOREST_FIT, cache)
     assert fit_compiled == 0 and fit_loaded > 0
 
 

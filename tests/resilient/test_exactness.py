@@ -53,9 +53,15 @@ def partition():
     rows["X"], rows["Y"] = X[lo:hi], Y[lo:hi]
 
 
+def die_in_reset():
+    # a loss during the recovery (after the state transfer), in a rank that was not lost
+    if world_rank in {reset_kills!r}:
+        die_here()
+
+
 partition()
 state = State(model=model, optimizer=optimizer, step=0)
-state.register_reset_callbacks([partition])
+state.register_reset_callbacks([partition, die_in_reset])
 
 
 @run
@@ -92,9 +98,9 @@ print(f"FINISHED rank {{ctx.rank}} step {{state.step}}", flush=True)
 """
 
 
-def _nn_job(kills, stops="{}", mode="shrink", replacement_dies=False):
+def _nn_job(kills, stops="{}", mode="shrink", replacement_dies=False, reset_kills=()):
     return _NN_JOB.format(kills=json.dumps(kills), stops=stops, mode=mode,
-                          replacement_dies=replacement_dies)
+                          replacement_dies=replacement_dies, reset_kills=list(reset_kills))
 
 
 def _result(output):
@@ -248,6 +254,16 @@ def test_nn_training_with_replacements_ends_where_one_process_ends(tmp_path, n, 
                                        timeout=300)
     result = _assert_respawned(output, n, kills)
     assert result["steps"] == 30, output
+
+
+@needs_ulfm
+def test_a_rank_lost_during_a_respawn_is_replaced_too(tmp_path):
+    # rank 2 dies at step 5; rank 1 dies in the reset callback of that recovery, after the
+    # replacement of rank 2 joined: the recovery starts over and rank 1 is replaced as well
+    rc, seconds, output = run_ulfm_job(_nn_job({"2": 5}, mode="respawn", reset_kills=[1]),
+                                       tmp_path, n=3, timeout=300)
+    result = _assert_respawned(output, 3, {"2": 5, "1": "reset"})
+    assert result["steps"] == 30 and result["ranks_lost"] == [2, 1], output
 
 
 @needs_ulfm

@@ -175,12 +175,18 @@ def _completed(request, deadline):
     """
     while not request.Test():
         if time.monotonic() > deadline:  # the request ends when its communicator is revoked
-            raise _JoinTimeout(MPI.ERR_PROC_FAILED)
+            raise _JoinTimeout("a replacement process has not joined in time")
         time.sleep(_POLL_SECONDS)
 
 
-class _JoinTimeout(MPI.Exception):
-    """A replacement that has not joined in time counts as lost."""
+class _JoinTimeout(Exception):
+    """A replacement that has not joined in time: it counts as lost (internal to the
+    respawn, never raised to the user)."""
+
+
+def _is_loss(exc):
+    """Whether ``exc``, met during a respawn, means a lost process (start over)."""
+    return isinstance(exc, _JoinTimeout) or is_rank_failure(exc)
 
 
 def _join_deadline():
@@ -226,7 +232,7 @@ def _spawn_replacements(survivors, lost, old_rank):
         made.append(joined)
         joined.Set_errhandler(MPI.ERRORS_RETURN)
         return joined, made
-    except MPI.Exception:
+    except (MPI.Exception, _JoinTimeout):
         for comm in made:
             revoke(comm)  # replacements waiting on them give up
         raise
@@ -272,8 +278,8 @@ def respawn_context(ctx):
                 root._rebind_after_respawn(joined)
                 joined.Agree(1)  # every rank, replacements included, joined
                 break
-            except MPI.Exception as exc:
-                if not is_rank_failure(exc):
+            except (MPI.Exception, _JoinTimeout) as exc:
+                if not _is_loss(exc):
                     raise
                 for comm in made:  # a loss during the respawn: start over
                     revoke(comm)
@@ -313,7 +319,7 @@ def join_job():
         joined = merged.Split(0, lost[index])
         joined.Set_errhandler(MPI.ERRORS_RETURN)
         return joined
-    except MPI.Exception as exc:
+    except (MPI.Exception, _JoinTimeout) as exc:
         leave_job(exc)
 
 

@@ -283,9 +283,9 @@ def respawn_context(ctx):
                     raise
                 for comm in made:  # a loss during the respawn: start over
                     revoke(comm)
+        _restart_watchdog(watchdog, root.comm)  # (not after a failed respawn: the job ends)
     finally:
         old_group.Free()
-        _restart_watchdog(watchdog, root.comm)
     return lost
 
 

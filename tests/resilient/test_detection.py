@@ -5,8 +5,17 @@ with SIGKILL; each survivor prints what it caught.
 """
 import pytest
 
-from tests.helpers import run_mpi_script
-from tests.resilient.ulfm import lines_with, messages_from, needs_ulfm, run_ulfm_job
+from tests.helpers import run_command, run_mpi_script
+from tests.resilient.ulfm import (
+    MPIRUN,
+    PRELUDE,
+    PYTHON,
+    lines_with,
+    messages_from,
+    needs_ulfm,
+    run_ulfm_job,
+    venv_env,
+)
 
 JOB_LIMIT_S = 60
 
@@ -181,3 +190,40 @@ def test_respawn_refused_without_a_script(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["-c"])
     with pytest.raises(hpcdist.InvalidArgumentError, match="names no script"):
         faults.check_fault_tolerance("respawn")
+
+
+_RESPAWN_WITHOUT_SLOTS = """
+from hpcdist.resilient import State, run
+
+ctx = hpcdist.init(fault_tolerance="respawn")
+state = State(step=0)
+
+
+@run
+def train(state):
+    while state.step < 10:
+        if ctx.rank == ctx.size - 1 and state.step == 3:
+            die_here()
+        hpcdist.allreduce(np.ones(1))
+        state.step += 1
+        state.commit()
+
+
+train(state)
+print("NO ERROR", flush=True)
+"""
+
+
+@needs_ulfm
+def test_respawn_without_a_free_slot_ends_the_job_with_the_reason(tmp_path):
+    # two slots, both taken: the replacement cannot start (no --oversubscribe)
+    script = tmp_path / "job.py"
+    script.write_text(PRELUDE + _RESPAWN_WITHOUT_SLOTS)
+    env = venv_env()
+    env.pop("OMPI_MCA_rmaps_base_oversubscribe")
+    cmd = [str(MPIRUN), "--with-ft", "ulfm", "--bind-to", "none", "--host", "localhost:2",
+           "-n", "2", str(PYTHON), str(script)]
+    rc, seconds, output = run_command(cmd, env, tmp_path, 120)
+    assert rc != 0 and "NO ERROR" not in output, output
+    assert "could not start 1 replacement process(es)" in output, output
+    assert "--oversubscribe" in output and "fault_tolerance='shrink'" in output, output

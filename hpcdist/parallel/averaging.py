@@ -87,9 +87,9 @@ class ModelAveraging:
         self.steps = 0
         self.communication_rounds = 0
         self.bytes_sent = 0
-        self.ctx.on_recovery(self._after_recovery)
+        self.ctx.on_recovery(self._after_respawn)
 
-    def _after_recovery(self):
+    def _after_respawn(self):
         """After a lost rank was replaced (fault tolerance ``"respawn"``), every rank
         runs the first step's set-up again (agreement, :meth:`_on_start`) with the
         replacement, which starts its strategy afresh."""

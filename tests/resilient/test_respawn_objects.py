@@ -2,7 +2,7 @@
 
 A replacement runs the script from its start while the survivors are inside
 ``run``: the set-up collectives of what it builds before ``run`` (DDP,
-DistributedSampler, CheckpointManager, a strategy, broadcast_parameters, an
+DistributedSampler, CheckpointManager, strategies, an
 object of the script's own) wait until ``run``, where every rank runs them again
 in creation order. Each object must then work on every rank, the replacement
 included.
@@ -18,7 +18,7 @@ from hpcdist import nn
 from hpcdist.checkpoint import CheckpointManager
 from hpcdist.data import DistributedSampler
 from hpcdist.nn.optim import SGD
-from hpcdist.parallel import LocalSGD
+from hpcdist.parallel import ElasticAveraging, LocalSGD
 from hpcdist.resilient import State, run
 
 REPLACEMENT = MPI.Comm.Get_parent() != MPI.COMM_NULL
@@ -33,6 +33,8 @@ sampler = DistributedSampler(len(X), seed=1)
 manager = CheckpointManager("checkpoints")
 local_model = nn.Linear(3, 1, dtype=np.float64, random_state=1)
 local_sgd = LocalSGD(local_model, SGD(local_model.parameters(), lr=0.1), period=2)
+elastic_model = nn.Linear(3, 1, dtype=np.float64, random_state=2)
+elastic = ElasticAveraging(elastic_model, SGD(elastic_model.parameters(), lr=0.1), period=2)
 criterion = nn.MSELoss()
 
 
@@ -49,7 +51,7 @@ class RankZeroValue:
 
 shared = RankZeroValue()
 state = State(model=model, optimizer=optimizer, local_sgd=local_sgd,
-              local_model=local_model, step=0)
+              local_model=local_model, elastic=elastic, elastic_model=elastic_model, step=0)
 
 
 @run
@@ -67,6 +69,10 @@ def train(state):
         criterion(local_model(X[rows]), Y[rows])
         local_model.backward(criterion.backward())
         local_sgd.step()
+        elastic_model.zero_grad()
+        criterion(elastic_model(X[rows]), Y[rows])
+        elastic_model.backward(criterion.backward())
+        elastic.step()
         state.step += 1
         state.commit()
     manager.save(state.step, {"w": model.weight.data})
@@ -75,8 +81,10 @@ def train(state):
 
 
 steps = train(state)
+elastic.finalize()
 weights = hpcdist.allgather(model.weight.data.reshape(1, -1))
 local = hpcdist.allgather(local_model.weight.data.reshape(1, -1))
+local = np.concatenate([local, hpcdist.allgather(elastic_model.weight.data.reshape(1, -1))], 1)
 print("RESULT " + json.dumps({
     "rank": ctx.rank, "size": ctx.size, "steps": steps, "replacement": REPLACEMENT,
     "same_model": bool(np.all(weights == weights[0])),

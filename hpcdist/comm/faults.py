@@ -19,7 +19,7 @@ import sys
 
 from .._environment import FAULT_TOLERANCE_MODES
 from ..exceptions import InvalidArgumentError, InvalidStateError, RankFailedError
-from .mpi import MPI
+from .mpi import MPI, library_name
 
 __all__ = ["check_fault_tolerance",
            "fault_tolerance_status", "is_rank_failure", "raise_if_rank_failed",
@@ -46,7 +46,7 @@ def fault_tolerance_status():
         ``"ULFM"`` when available; else the MPI library found and how the
         job was launched, with the command to use.
     """
-    library = " ".join(MPI.Get_library_version().strip().splitlines()[0].split())
+    library = library_name()
     if not library.startswith("Open MPI v") or library.startswith(("Open MPI v1", "Open MPI v2",
                                                                    "Open MPI v3",
                                                                    "Open MPI v4")):

@@ -297,10 +297,19 @@ class Module:
         for parameter in self.parameters():
             parameter.zero_grad(set_to_none)
 
-    def state_dict(self):
-        """Copies of all parameters and buffers, keyed by dotted name."""
-        state = OrderedDict((name, p.data.copy()) for name, p in self.named_parameters())
-        state.update((name, b.copy()) for name, b in self.named_buffers())
+    def state_dict(self, *, copy=True):
+        """Copies of all parameters and buffers, keyed by dotted name.
+
+        Parameters
+        ----------
+        copy : bool, default=True
+            False gives the arrays themselves, which later training changes:
+            for a caller that copies them at once into arrays of its own
+            (:meth:`hpcdist.resilient.State.commit` reuses its previous copy).
+        """
+        state = OrderedDict((name, p.data.copy() if copy else p.data)
+                            for name, p in self.named_parameters())
+        state.update((name, b.copy() if copy else b) for name, b in self.named_buffers())
         return state
 
     def load_state_dict(self, state, strict=True):

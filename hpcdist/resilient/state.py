@@ -6,6 +6,8 @@ import numpy as np
 
 from ..comm import resolve_context
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, InvalidStateError
+from ..nn import Module
+from ..nn.optim import Optimizer
 from ..parallel import ShardedDataParallel
 
 __all__ = ["State", "TorchState"]
@@ -41,8 +43,9 @@ def _refresh(saved, current):
     if _is_tensor(current) and _is_tensor(saved) and _same_layout(saved, current):
         saved.copy_(current.detach())
         return saved
-    if type(current) is dict and type(saved) is dict and saved.keys() == current.keys():
-        return {key: _refresh(saved[key], value) for key, value in current.items()}
+    if isinstance(current, dict) and type(saved) is type(current) \
+            and saved.keys() == current.keys():
+        return type(current)((key, _refresh(saved[key], value)) for key, value in current.items())
     if type(current) in (list, tuple) and type(saved) is type(current) \
             and len(saved) == len(current):
         return type(current)(_refresh(old, new) for old, new in zip(saved, current))
@@ -52,7 +55,9 @@ def _refresh(saved, current):
 def _snapshot(value, saved=None):
     """A copy of ``value`` (its ``state_dict()`` when it has one) that later training does
     not change, reusing the arrays of ``saved``, the previous copy."""
-    if hasattr(value, "state_dict") and hasattr(value, "load_state_dict"):
+    if isinstance(value, (Module, Optimizer)):
+        value = value.state_dict(copy=False)  # its arrays are copied into saved's below
+    elif hasattr(value, "state_dict") and hasattr(value, "load_state_dict"):
         value = value.state_dict()
     return _refresh(saved, value)
 

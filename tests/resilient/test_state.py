@@ -25,6 +25,31 @@ def test_commit_and_restore_keep_the_last_commit():
     assert model.weight is optimizer.param_groups[0]["params"][0]   # restored in place
 
 
+def test_commits_hold_copies_of_the_model_and_optimizer_arrays():
+    # a commit reads the arrays themselves (no state_dict copies) and copies them into
+    # its own: training in place afterwards leaves every commit as it was
+    model = nn.Linear(3, 2, dtype=np.float64, random_state=0)
+    optimizer = SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step():
+        model.weight.grad = np.ones_like(model.weight.data)
+        model.bias.grad = np.ones_like(model.bias.data)
+        optimizer.step()
+
+    step()
+    state = State(model=model, optimizer=optimizer)
+    for _ in range(2):                    # the first commit, then one into its arrays
+        state.commit()
+        weight = model.weight.data.copy()
+        momentum = optimizer.state_dict()["state"][0]["momentum_buffer"].copy()
+        step()
+        step()
+        assert not np.array_equal(model.weight.data, weight)
+        state.restore()
+        assert np.array_equal(model.weight.data, weight)
+        assert np.array_equal(optimizer.state_dict()["state"][0]["momentum_buffer"], momentum)
+
+
 def test_torch_state_restores_model_and_optimizer():
     torch = pytest.importorskip("torch")
     model = torch.nn.Linear(3, 2)

@@ -176,8 +176,16 @@ class Optimizer:
     def _indexed_params(self):
         return [p for group in self.param_groups for p in group["params"]]
 
-    def state_dict(self):
+    def state_dict(self, *, copy=True):
         """The optimizer's state as plain dicts, lists, scalars and array copies.
+
+        Parameters
+        ----------
+        copy : bool, default=True
+            False gives the state's arrays themselves, which later steps
+            change: for a caller that copies them at once into arrays of its
+            own (:meth:`hpcdist.resilient.State.commit` reuses its previous
+            copy).
 
         Returns
         -------
@@ -191,7 +199,7 @@ class Optimizer:
         state = {}
         for index, p in enumerate(params):
             if p in self.state:
-                state[index] = {key: (value.copy() if hasattr(value, "shape") else value)
+                state[index] = {key: (value.copy() if copy and hasattr(value, "shape") else value)
                                 for key, value in self.state[p].items()}
         groups, start = [], 0
         for group in self.param_groups:

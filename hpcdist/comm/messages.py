@@ -88,11 +88,8 @@ def open_channel(ctx):
     """
     comm = ctx.comm.Dup()
     channel = MessageChannel(comm, ctx)
-    try:
+    with channel._lost_rank_errors("opening a message channel"):
         comm.Barrier()
-    except MPI.Exception as exc:
-        channel._raise_if_lost(exc, "opening a message channel")
-        raise
     return channel
 
 
@@ -142,7 +139,7 @@ class MessageChannel:
         until the request completes.
         """
         data, buffers = self._pickle.dumps_oob(obj)
-        try:
+        with self._lost_rank_errors("a message to rank {} (on a message channel)", dest):
             if not buffers and len(data) < 1 << 30:
                 return MPI.Comm.Isend(self._comm, (data, MPI.BYTE), dest, 2 * tag)
             requests = []
@@ -151,9 +148,6 @@ class MessageChannel:
                                  dtype=np.int64)
                 for part in [(sizes, MPI.INT64_T), *map(big, [data, *buffers])]:
                     requests.append(MPI.Comm.Isend(self._comm, part, dest, 2 * tag + 1))
-        except MPI.Exception as exc:
-            self._raise_if_lost(exc, f"a message to rank {dest} (on a message channel)")
-            raise
         return _Requests(requests, sizes)
 
     def send(self, obj, dest, tag):
@@ -166,13 +160,10 @@ class MessageChannel:
         """
         request = self.isend(obj, dest, tag)
         pause = SEND_POLL_SLEEP
-        try:
+        with self._lost_rank_errors("a message to rank {} (on a message channel)", dest):
             while not request.Test():
                 time.sleep(pause)
                 pause = min(2 * pause, SEND_POLL_LONGEST_SLEEP)
-        except MPI.Exception as exc:
-            self._raise_if_lost(exc, f"a message to rank {dest} (on a message channel)")
-            raise
 
     def poll(self):
         """Receive one waiting message, if any: ``(obj, source, tag)``, or None at once.
@@ -181,31 +172,25 @@ class MessageChannel:
         ``Mrecv`` of that message), so another thread's receive cannot take it.
         """
         status = MPI.Status()
-        with self._receive_lock:
-            try:
-                message = MPI.Comm.improbe(self._comm, MPI.ANY_SOURCE, MPI.ANY_TAG, status)
-                if message is None:
-                    return None
-                source, wire_tag = status.Get_source(), status.Get_tag()
-                return self._receive(message, status, source, wire_tag), source, wire_tag // 2
-            except MPI.Exception as exc:
-                self._raise_if_lost(exc, "a message channel's receive from any rank")
-                raise
+        with self._receive_lock, self._lost_rank_errors("a message channel's receive from "
+                                                        "any rank"):
+            message = MPI.Comm.improbe(self._comm, MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+            if message is None:
+                return None
+            source, wire_tag = status.Get_source(), status.Get_tag()
+            return self._receive(message, status, source, wire_tag), source, wire_tag // 2
 
     def poll_from(self, source, tag):
         """Receive the waiting message from rank ``source`` on ``tag``, if any: the object,
         or None at once. Other messages stay for other receivers."""
         status = MPI.Status()
         comm = self._comm
-        with self._receive_lock:
-            try:
-                for wire_tag in (2 * tag, 2 * tag + 1):
-                    message = MPI.Comm.improbe(comm, source, wire_tag, status)
-                    if message is not None:
-                        return self._receive(message, status, source, wire_tag)
-            except MPI.Exception as exc:
-                self._raise_if_lost(exc, f"a message channel's receive from rank {source}")
-                raise
+        with self._receive_lock, self._lost_rank_errors("a message channel's receive from "
+                                                        "rank {}", source):
+            for wire_tag in (2 * tag, 2 * tag + 1):
+                message = MPI.Comm.improbe(comm, source, wire_tag, status)
+                if message is not None:
+                    return self._receive(message, status, source, wire_tag)
         return None
 
     @property
@@ -242,21 +227,16 @@ class MessageChannel:
         """The sum over ranks of ``counts`` (integers), as an int64 array (collective)."""
         local = np.asarray(counts, dtype=np.int64)
         total = np.empty_like(local)
-        try:
+        with self._lost_rank_errors("a message channel's sum over the ranks"):
             self._comm.Allreduce(local, total, op=MPI.SUM)
-        except MPI.Exception as exc:
-            self._raise_if_lost(exc, "a message channel's sum over the ranks")
-            raise
         return total
 
-    def _raise_if_lost(self, exc, where):
-        """RankFailedError from ``exc`` when it reports a lost rank and the channel's context
-        has fault tolerance on (the channel's communicator revoked first); else return."""
-        ctx = self._ctx
-        if ctx is None or ctx.fault_tolerance is None or not is_rank_failure(exc, self._comm):
-            return
-        revoke(self._comm)
-        raise_if_rank_failed(ctx, exc, where)
+    def _lost_rank_errors(self, where, peer=None):
+        """A context manager around the channel's MPI calls: an MPI error in its block
+        that reports a lost rank, while the channel's context has fault tolerance on,
+        becomes RankFailedError (the channel's communicator revoked first); ``where``
+        names the operation (``{}`` stands for ``peer``)."""
+        return _LostRankErrors(self, where, peer)
 
     def free(self):
         """Release the communicator (collective; MPI may already be finalized). A
@@ -267,6 +247,27 @@ class MessageChannel:
             except MPI.Exception as exc:
                 if not is_rank_failure(exc, self._comm):
                     raise
+
+
+class _LostRankErrors:
+    """See :meth:`MessageChannel._lost_rank_errors`."""
+
+    __slots__ = ("_channel", "_where", "_peer")
+
+    def __init__(self, channel, where, peer):
+        self._channel, self._where, self._peer = channel, where, peer
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, traceback):
+        channel = self._channel
+        ctx = channel._ctx
+        if (isinstance(exc, MPI.Exception) and ctx is not None and ctx.fault_tolerance is not None
+                and is_rank_failure(exc, channel._comm)):
+            revoke(channel._comm)
+            raise_if_rank_failed(ctx, exc, self._where.format(self._peer))
+        return False
 
 
 class ReceiveBuffers:

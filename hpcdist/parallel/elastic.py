@@ -17,7 +17,7 @@ center, without waiting for the other ranks.
 """
 
 from .._arrays import array_module
-from ..comm import allreduce
+from ..comm import allreduce, broadcast
 from ..exceptions import InvalidArgumentError
 from .averaging import ModelAveraging, checked_fraction, checked_int
 from .enums import AggregationMethod
@@ -78,6 +78,7 @@ class ElasticAveraging(ModelAveraging):
         self._options.update(alpha=self.alpha, period=self.period, aggregation=self.aggregation)
         self.center = None
         self.server = None
+        self._center_from_rank_0 = False  # set by a recovery while a center was served
         if self.ctx.fault_tolerance is not None:
             self.ctx.on_recovery(self._after_recovery)
 
@@ -89,6 +90,7 @@ class ElasticAveraging(ModelAveraging):
             self.server._after_recovery()
             self.server = None
             self._buffers = None
+            self._center_from_rank_0 = True
 
     def _on_start(self):
         flats = self._buffers.pack(self.replica.arrays())
@@ -98,6 +100,11 @@ class ElasticAveraging(ModelAveraging):
             self.center = [array_module(flat).asarray(center, dtype=flat.dtype).copy()
                            for center, flat in zip(self.center, flats)]
         if self.aggregation == AggregationMethod.ASYNCHRONOUS.value:
+            if self._center_from_rank_0:
+                # after a recovery: an asynchronous center is each rank's last pull, so the
+                # new server starts from rank 0's (the lowest survivor's)
+                self.center = [broadcast(center, root=0, ctx=self.ctx) for center in self.center]
+                self._center_from_rank_0 = False
             self.server = ParameterServer(mode="async", ctx=self.ctx)
             for index, center in enumerate(self.center):
                 self.server.set_parameters(f"center{index}", center)

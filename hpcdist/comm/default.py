@@ -9,6 +9,9 @@ communicator at every call.
 """
 
 import atexit
+import contextlib
+import gc
+import io
 import os
 import sys
 import warnings
@@ -180,16 +183,33 @@ def finalize():
         comm.Delete_attr(_OWNED_KEYVAL[0])  # MPI calls _free_owned
 
 
+def _flush_open_files():
+    """Do what the end of the interpreter would do for files still open: flush Python's
+    file objects (and so logging's and print's) and close HDF5 files opened by this
+    process alone (closing one opened with the MPI-IO driver would be collective)."""
+    h5py = sys.modules.get("h5py")  # only when the program used it
+    for obj in gc.get_objects():
+        with contextlib.suppress(Exception):  # a file that cannot flush keeps what it has
+            if isinstance(obj, io.IOBase) and not obj.closed and obj.writable():
+                obj.flush()
+            elif h5py is not None and isinstance(obj, h5py.File) and obj.id.valid \
+                    and obj.driver != "mpio":
+                obj.close()
+
+
 def _finalize_after_loss():
     """At exit, after a lost rank: end the process without MPI_Finalize.
 
-    After a loss, Open MPI's MPI_Finalize was seen to wait for ever on some
-    survivors (holding the interpreter lock, so no timer can end it); their
-    work is done by then, so the process ends here, its output flushed, with
-    exit status 0 (runs last: a normal end of the program).
+    After a loss, Open MPI's MPI_Finalize can wait for ever on some survivors
+    (holding the interpreter lock, so no timer can end it); their work is done
+    by then, so the process ends here with exit status 0 (this runs last: a
+    normal end of the program), after flushing what the end of the
+    interpreter would have: standard output and error, open file objects and
+    HDF5 files.
     """
     if not loss_seen() or MPI.Is_finalized():
         return
+    _flush_open_files()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -144,6 +144,7 @@ def _worker_restart(args, ctx, log):
         saved = manager.restore()
         trainer.model.load_state_dict(saved["model"])  # plain SGD: no optimizer state
         step = int(saved["step"])
+    if os.environ.get("HPCDIST_RESTART_COUNT", "0") != "0":  # the restarted job, at any step
         log.write(event="restored", step=step)
     first_rank = ctx.rank
     while step < args.steps:

@@ -21,7 +21,7 @@ from .._environment import check_from_env, fault_tolerance_from_env, stall_timeo
 from ..exceptions import InvalidArgumentTypeError
 from .abort import install_abort_hook
 from .context import Context
-from .faults import check_fault_tolerance, loss_seen
+from .faults import check_fault_tolerance, leave_runtime_without_finalize, loss_seen
 from .mpi import MPI, mpi_is_loaded
 from .recovery import is_replacement, join_job, leave_job
 from .threads import limit_threads_per_rank
@@ -201,17 +201,20 @@ def _finalize_after_loss():
     """At exit, after a lost rank: end the process without MPI_Finalize.
 
     After a loss, Open MPI's MPI_Finalize can wait for ever on some survivors
-    (holding the interpreter lock, so no timer can end it); their work is done
-    by then, so the process ends here with exit status 0 (this runs last: a
-    normal end of the program), after flushing what the end of the
-    interpreter would have: standard output and error, open file objects and
-    HDF5 files.
+    (holding the interpreter lock, so no timer can end it), and always does in
+    a process that replaced a lost rank, waiting to disconnect from the
+    survivors that started it, which end without MPI_Finalize. Their work is
+    done by then, so the process ends here with exit status 0 (this runs last:
+    a normal end of the program), after flushing what the end of the
+    interpreter would have (standard output and error, open file objects and
+    HDF5 files) and leaving the launcher's runtime.
     """
-    if not loss_seen() or MPI.Is_finalized():
+    if not (loss_seen() or is_replacement()) or MPI.Is_finalized():
         return
     _flush_open_files()
     sys.stdout.flush()
     sys.stderr.flush()
+    leave_runtime_without_finalize()
     os._exit(0)
 
 

@@ -14,6 +14,8 @@ loss from its own next call. The conversion sits in ``except`` clauses only:
 nothing runs on the path of a call that succeeds.
 """
 
+import contextlib
+import ctypes
 import os
 import sys
 
@@ -23,7 +25,7 @@ from .mpi import MPI, library_name
 
 __all__ = ["check_fault_tolerance",
            "fault_tolerance_status", "is_rank_failure", "raise_if_rank_failed",
-           "failed_ranks_of", "revoke", "loss_seen"]
+           "failed_ranks_of", "revoke", "loss_seen", "leave_runtime_without_finalize"]
 
 _LOSS_SEEN = []
 _LAUNCH_HINT = ("launch with `hpcdist run -n N --fault-tolerant shrink -- python script.py` "
@@ -170,3 +172,28 @@ def raise_if_rank_failed(ctx, exc, where=""):
             "a rank was lost (another rank detected it)")
     raise RankFailedError(f"{where or 'an hpcdist call'}: {lost}; the job can go on with "
                           "hpcdist.resilient.run", failed) from exc
+
+
+def _loaded_pmix():
+    """The path of the PMIx library this process has loaded (Open MPI 5's), or None."""
+    with contextlib.suppress(OSError), open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if os.path.basename(path).startswith("libpmix.so"):
+                return path
+    return None
+
+
+def leave_runtime_without_finalize():
+    """Deregister this process from Open MPI's runtime (``PMIx_Finalize``) before it ends
+    without ``MPI_Finalize``.
+
+    The launcher then counts the end as a proper one: without it, a process
+    that replaced a lost rank (started by ``MPI_Comm_spawn``, outside
+    ``--with-ft ulfm``'s tolerance) ending so makes ``mpirun`` report it and
+    exit with status 1. Nothing happens where no PMIx library is loaded.
+    """
+    path = _loaded_pmix()
+    if path is not None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(path).PMIx_Finalize(None, 0)

@@ -125,6 +125,43 @@ def test_a_survivor_ends_with_status_0_and_its_open_files_written(tmp_path):
             np.testing.assert_array_equal(table["values"][()], np.arange(5.0))
 
 
+_REPLACEMENT_ENDS_FIRST = """
+from hpcdist.comm.recovery import is_replacement
+from hpcdist.resilient import State, run
+
+ctx = hpcdist.init(fault_tolerance="respawn")
+started_as = ctx.rank
+replacement = is_replacement()
+state = State(step=0)
+
+
+@run
+def train(state):
+    while state.step < 6:
+        if started_as == 2 and state.step == 3 and not replacement:
+            die_here()
+        hpcdist.allreduce(np.ones(1))
+        state.step += 1
+        state.commit()
+
+
+train(state)
+if not replacement:
+    time.sleep(3)  # the replacement ends first, while the ranks that started it still run
+print(f"rank {ctx.rank} ENDS replacement={replacement}", flush=True)
+"""
+
+
+@needs_ulfm
+def test_a_replacement_that_ends_first_lets_the_job_end_with_status_0(tmp_path):
+    # its MPI_Finalize would wait for ever to disconnect from the ranks that started it
+    rc, seconds, output = run_ulfm_job(_REPLACEMENT_ENDS_FIRST, tmp_path, n=3, timeout=60)
+    assert rc == 0, output
+    assert len(messages_from(output, "ENDS replacement=False")) == 2, output
+    assert len(messages_from(output, "ENDS replacement=True")) == 1, output
+    assert "exiting improperly" not in output, output
+
+
 _OFF = """
 ctx = hpcdist.init()
 assert ctx.fault_tolerance is None

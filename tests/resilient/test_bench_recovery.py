@@ -1,4 +1,5 @@
-"""hpcdist bench recovery: a quick run under the Open MPI 5 wheel reports every case."""
+"""hpcdist bench recovery: a quick run under the Open MPI 5 wheel reports every case (here with
+the other fault-tolerance tests, which CI runs in that environment)."""
 import json
 import subprocess
 

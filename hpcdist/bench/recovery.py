@@ -320,7 +320,7 @@ def main(argv=None):
         print(f"  {name:24s} {cases[name]['seconds_to_next_step']:7.3f} s to the next step, "
               f"{cases[name]['steps_lost']} steps lost, {cases[name]['ranks_after']} ranks after",
               flush=True)
-    alternations = 1 if args.quick else 4
+    alternations = 1 if args.quick else 6
     commit_ratios, ft_ratios, commit_steps, plain_steps = [], [], [], []
     for alternation in range(alternations):
         job_medians = {}

@@ -209,7 +209,7 @@ def _finalize_after_loss():
     interpreter would have (standard output and error, open file objects and
     HDF5 files) and leaving the launcher's runtime.
     """
-    if not (loss_seen() or is_replacement()) or MPI.Is_finalized():
+    if not loss_seen() or MPI.Is_finalized():
         return
     _flush_open_files()
     sys.stdout.flush()

@@ -25,7 +25,7 @@ from .mpi import MPI, library_name
 
 __all__ = ["check_fault_tolerance",
            "fault_tolerance_status", "is_rank_failure", "raise_if_rank_failed",
-           "failed_ranks_of", "revoke", "loss_seen", "leave_runtime_without_finalize"]
+           "failed_ranks_of", "revoke", "loss_seen", "note_loss", "leave_runtime_without_finalize"]
 
 _LOSS_SEEN = []
 _LAUNCH_HINT = ("launch with `hpcdist run -n N --fault-tolerant shrink -- python script.py` "
@@ -141,12 +141,12 @@ def revoke(comm):
 
 
 def loss_seen():
-    """Whether this process has met a lost rank."""
+    """Whether this process has met a lost rank, or replaced one."""
     return bool(_LOSS_SEEN)
 
 
-def _note_loss():
-    """Remember that this process met a lost rank (see :func:`loss_seen`)."""
+def note_loss():
+    """Remember that this process met a lost rank, or replaced one (see :func:`loss_seen`)."""
     if not _LOSS_SEEN:
         _LOSS_SEEN.append(True)
 
@@ -162,7 +162,7 @@ def raise_if_rank_failed(ctx, exc, where=""):
         return
     if ctx._unusable is not None:
         raise InvalidStateError(f"{where or 'an hpcdist call'}: {ctx._unusable}") from exc
-    _note_loss()
+    note_loss()
     root = ctx._fault_root
     for comm in root._communicators():
         revoke(comm)

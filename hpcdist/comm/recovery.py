@@ -20,7 +20,7 @@ import numpy as np
 from .._environment import stall_timeout_from_env
 from ..exceptions import InvalidStateError
 from .agreement import agree_config
-from .faults import is_rank_failure, revoke
+from .faults import is_rank_failure, note_loss, revoke
 from .mpi import MPI
 from .watchdog import running_watchdog, start_watchdog, stop_watchdog
 
@@ -306,9 +306,9 @@ def join_job():
     A replacement that cannot join (another rank was lost meanwhile: the
     survivors start the respawn over, with new replacements) ends here.
     """
-    # no _note_loss() here: a replacement that meets no loss ends with MPI_Finalize, as the
-    # launcher expects of a spawned process (one that ends without it fails the job's exit
-    # status), and the survivors' missing MPI_Finalize does not hold it
+    # a replacement belongs to a job that lost a rank: at exit its MPI_Finalize would wait
+    # for ever to disconnect from the survivors, which end without one
+    note_loss()
     parent = MPI.Comm.Get_parent()
     parent.Set_errhandler(MPI.ERRORS_RETURN)
     try:

@@ -201,20 +201,24 @@ def _finalize_after_loss():
     """At exit, after a lost rank: end the process without MPI_Finalize.
 
     After a loss, Open MPI's MPI_Finalize can wait for ever on some survivors
-    (holding the interpreter lock, so no timer can end it), and always does in
-    a process that replaced a lost rank, waiting to disconnect from the
-    survivors that started it, which end without MPI_Finalize. Their work is
+    (holding the interpreter lock, so no timer can end it), and does in a
+    process that replaced a lost rank and ends before the survivors that
+    started it, waiting to disconnect from them (they end without it). Their work is
     done by then, so the process ends here with exit status 0 (this runs last:
     a normal end of the program), after flushing what the end of the
     interpreter would have (standard output and error, open file objects and
-    HDF5 files) and leaving the launcher's runtime.
+    HDF5 files); a replacement also leaves the launcher's runtime. A
+    survivor does not: its end without it counts as a loss, which tells a
+    peer still waiting on it, even where its revoke has not reached that
+    peer yet.
     """
     if not loss_seen() or MPI.Is_finalized():
         return
     _flush_open_files()
     sys.stdout.flush()
     sys.stderr.flush()
-    leave_runtime_without_finalize()
+    if is_replacement():  # a spawned process: see leave_runtime_without_finalize
+        leave_runtime_without_finalize()
     os._exit(0)
 
 

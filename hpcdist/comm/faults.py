@@ -191,7 +191,8 @@ def leave_runtime_without_finalize():
     The launcher then counts the end as a proper one: without it, a process
     that replaced a lost rank (started by ``MPI_Comm_spawn``, outside
     ``--with-ft ulfm``'s tolerance) ending so makes ``mpirun`` report it and
-    exit with status 1. Nothing happens where no PMIx library is loaded.
+    exit with status 1. Its peers are then not told that it ended. Nothing
+    happens where no PMIx library is loaded.
     """
     path = _loaded_pmix()
     if path is not None:

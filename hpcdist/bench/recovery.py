@@ -100,9 +100,13 @@ class _Log:
         self._file.flush()
 
 
+def _restarted():
+    """Whether this job is one that ``hpcdist run`` started again after a failure."""
+    return os.environ.get("HPCDIST_RESTART_COUNT", "0") != "0"
+
+
 def _kill_if_due(args, ctx_rank_at_start, step, log):
-    if args.kill_rank == ctx_rank_at_start and args.kill_step == step and \
-            os.environ.get("HPCDIST_RESTART_COUNT", "0") == "0":
+    if args.kill_rank == ctx_rank_at_start and args.kill_step == step and not _restarted():
         log.write(event="kill", step=step)
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -144,7 +148,7 @@ def _worker_restart(args, ctx, log):
         saved = manager.restore()
         trainer.model.load_state_dict(saved["model"])  # plain SGD: no optimizer state
         step = int(saved["step"])
-    if os.environ.get("HPCDIST_RESTART_COUNT", "0") != "0":  # the restarted job, at any step
+    if _restarted():  # at any step, a checkpoint found or not
         log.write(event="restored", step=step)
     first_rank = ctx.rank
     while step < args.steps:

@@ -87,6 +87,22 @@ def _blobs_file(tmp_path):
     return ["--data", str(path), "--x", "X"]
 
 
+def _assert_ends_as_uninterrupted(model, kill_at, plain, survived):
+    """The fit that lost a rank after ``kill_at`` ends as the uninterrupted ``plain`` one."""
+    assert survived["rows"] == plain["rows"] and survived["test_rows"] == plain["test_rows"]
+    if model == "kmeans":
+        assert survived["n_iter"] == plain["n_iter"], (plain, survived)
+        assert kill_at == "finish" or plain["n_iter"] > kill_at, plain
+        assert survived["inertia"] == pytest.approx(plain["inertia"], rel=1e-6)
+        assert survived["test_inertia"] == pytest.approx(plain["test_inertia"], rel=1e-6)
+    elif model == "forest":
+        assert survived["test_accuracy"] == plain["test_accuracy"], (plain, survived)
+        assert survived["train_accuracy"] == plain["train_accuracy"], (plain, survived)
+    else:
+        assert survived["epochs"] == plain["epochs"] == 6, (plain, survived)
+        assert survived["test_accuracy"] > 0.5, survived
+
+
 @needs_ulfm
 @pytest.mark.parametrize("model, lost, kill_at", [
     ("kmeans", 2, 3), ("forest", 2, 1),
@@ -106,18 +122,7 @@ def test_a_lost_rank_is_survived_and_the_fit_ends_as_uninterrupted(tmp_path, mod
                               kill=[lost, kill_at], name="survived", **env)
     assert "ranks_lost" not in plain and plain["ranks"] == 3, plain
     assert survived["ranks"] == 2 and survived["ranks_lost"] == [lost], (survived, output)
-    assert survived["rows"] == plain["rows"] and survived["test_rows"] == plain["test_rows"]
-    if model == "kmeans":
-        assert survived["n_iter"] == plain["n_iter"], (plain, survived)
-        assert kill_at == "finish" or plain["n_iter"] > kill_at, plain
-        assert survived["inertia"] == pytest.approx(plain["inertia"], rel=1e-6)
-        assert survived["test_inertia"] == pytest.approx(plain["test_inertia"], rel=1e-6)
-    elif model == "forest":
-        assert survived["test_accuracy"] == plain["test_accuracy"], (plain, survived)
-        assert survived["train_accuracy"] == plain["train_accuracy"], (plain, survived)
-    else:
-        assert survived["epochs"] == plain["epochs"] == 6, (plain, survived)
-        assert survived["test_accuracy"] > 0.5, survived
+    _assert_ends_as_uninterrupted(model, kill_at, plain, survived)
 
 
 @needs_ulfm
@@ -131,17 +136,7 @@ def test_with_respawn_a_replacement_takes_the_lost_rank_and_its_rows(tmp_path, m
     survived, output = _train(tmp_path, model, ["--fault-tolerant", "respawn"],
                               kill=[lost, kill_at], name="respawned")
     assert survived["ranks"] == 3 and survived["ranks_lost"] == [lost], (survived, output)
-    assert survived["rows"] == plain["rows"] and survived["test_rows"] == plain["test_rows"]
-    if model == "kmeans":
-        assert survived["n_iter"] == plain["n_iter"] > kill_at, (plain, survived)
-        assert survived["inertia"] == pytest.approx(plain["inertia"], rel=1e-6)
-        assert survived["test_inertia"] == pytest.approx(plain["test_inertia"], rel=1e-6)
-    elif model == "forest":
-        assert survived["test_accuracy"] == plain["test_accuracy"], (plain, survived)
-        assert survived["train_accuracy"] == plain["train_accuracy"], (plain, survived)
-    else:
-        assert survived["epochs"] == plain["epochs"] == 6, (plain, survived)
-        assert survived["test_accuracy"] > 0.5, survived
+    _assert_ends_as_uninterrupted(model, kill_at, plain, survived)
 
 
 def _hpcdist_train(*options):
